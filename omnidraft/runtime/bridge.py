@@ -1,0 +1,171 @@
+"""The bridge between the drafter's vocabulary and the target's.
+
+Draft tokens become target tokens three ways, tried in this order at each
+position of a draft:
+  1. n-gram: a run of draft tokens the n-gram cache knows spells one target
+     token is merged into it, q'(t) = prod q(d_j);
+  2. direct: a draft token whose bytes are also one target token maps 1:1,
+     q'(t) = q(d);
+  3. split: any other draft token is spelled in target tokens (the first gets
+     q(d), the rest are forced by it, q' = 1).
+The text the draft spells is never changed, only how it is cut into tokens.
+When both vocabularies are identical the bridge is the identity and the method
+is plain, exactly lossless speculative decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .ngram_cache import NGramCache
+from .vocab import Vocab
+
+DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST = "direct", "ngram", "split", "split-rest"
+
+
+@dataclass
+class Proposal:
+    """Target tokens proposed for one round, with where each came from in the draft."""
+
+    target_ids: list[int] = field(default_factory=list)
+    q: list[float] = field(default_factory=list)  # q'(t); 1.0 when sampling is off
+    kind: list[str] = field(default_factory=list)
+    draft_start: list[int] = field(default_factory=list)  # draft index whose distribution proposed it
+    draft_end: list[int] = field(default_factory=list)  # draft tokens fully spelled once this is accepted
+    first_draft_id: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.target_ids)
+
+    def append(self, target_id, q, kind, start, end, first_draft_id) -> None:
+        self.first_draft_id.append(int(first_draft_id))
+        self.target_ids.append(int(target_id))
+        self.q.append(float(q))
+        self.kind.append(kind)
+        self.draft_start.append(start)
+        self.draft_end.append(end)
+
+    def truncate(self, m: int) -> None:
+        for lst in (self.target_ids, self.q, self.kind, self.draft_start, self.draft_end, self.first_draft_id):
+            del lst[m:]
+
+
+class VocabBridge:
+    def __init__(self, draft: Vocab, target: Vocab):
+        self.draft = draft
+        self.target = target
+        self.identity = draft.fingerprint == target.fingerprint
+        self.draft_to_target = np.full(len(draft), -1, dtype=np.int64)
+        if self.identity:
+            self.draft_to_target[:] = np.arange(len(draft))
+        else:
+            by_bytes: dict[bytes, int] = {}
+            for t, b in enumerate(target.token_bytes):
+                if target.special[t]:
+                    continue
+                # Prefer a real token over a "<0xAB>" byte-fallback twin: it is what the target emits.
+                if b not in by_bytes or target.byte_fallback[by_bytes[b]]:
+                    by_bytes[b] = t
+            for d, b in enumerate(draft.token_bytes):
+                if not draft.special[d] and b in by_bytes:
+                    self.draft_to_target[d] = by_bytes[b]
+        self.intersection_size = int((self.draft_to_target >= 0).sum())
+        self.pair_id = f"{draft.fingerprint}-{target.fingerprint}"
+
+    # -- draft -> target -----------------------------------------------------------
+    def propose(self, draft_ids, draft_q, cache: NGramCache | None, max_tokens: int) -> Proposal:
+        """Translate a draft into at most `max_tokens` target tokens (stops at the first gap)."""
+        prop = Proposal()
+        i, k = 0, len(draft_ids)
+        while i < k and len(prop) < max_tokens:
+            d = int(draft_ids[i])
+            if d >= len(self.draft_to_target):
+                break
+            hit = cache.lookup(draft_ids, i) if cache is not None and not self.identity else None
+            if hit is not None:
+                target_id, n = hit
+                prop.append(target_id, float(np.prod(draft_q[i : i + n])), NGRAM, i, i + n, d)
+                i += n
+                continue
+            t = self.draft_to_target[d]
+            if t >= 0:
+                prop.append(t, draft_q[i], DIRECT, i, i + 1, d)
+                i += 1
+                continue
+            pieces = self._split(d)
+            if not pieces:
+                break
+            for j, t in enumerate(pieces):
+                last = j == len(pieces) - 1
+                kind = SPLIT_FIRST if j == 0 else SPLIT_REST
+                prop.append(t, draft_q[i] if j == 0 else 1.0, kind, i, i + 1 if last else i, d)
+            i += 1
+        prop.truncate(max_tokens)
+        return prop
+
+    def _split(self, d: int) -> list[int]:
+        if self.draft.special[d]:
+            return []
+        try:
+            return self.target.encode_bytes(self.draft.token_bytes[d])
+        except ValueError:
+            return []
+
+    def proposal_distribution(self, prop: Proposal, j: int, draft_probs: np.ndarray, target_vocab: int) -> np.ndarray:
+        """q' over the target vocabulary at proposal position j (for the residual).
+
+        Directly mapped draft mass moves to its target twin; a merged n-gram takes
+        its product from its first sub-token (the paper's approximation); a forced
+        split piece is a point mass. Identity bridges give q' = q exactly.
+        """
+        if prop.kind[j] == SPLIT_REST:
+            q = np.zeros(target_vocab, dtype=np.float64)
+            q[prop.target_ids[j]] = 1.0
+            return q
+        dist = draft_probs[prop.draft_start[j]]
+        q = np.zeros(target_vocab, dtype=np.float64)
+        n = min(len(dist), len(self.draft_to_target))
+        d2t = self.draft_to_target[:n]
+        mapped = (d2t >= 0) & (d2t < target_vocab)
+        np.add.at(q, d2t[mapped], dist[:n][mapped])
+        t = prop.target_ids[j]
+        if prop.kind[j] == NGRAM:
+            first = self.draft_to_target[prop.first_draft_id[j]]
+            if first >= 0:
+                q[first] -= prop.q[j]
+        if prop.kind[j] in (NGRAM, SPLIT_FIRST):
+            q[t] += prop.q[j]
+        return np.clip(q, 0.0, None)
+
+    # -- target -> draft -----------------------------------------------------------
+    def resync(self, draft_ids, proposal: Proposal, n_accepted: int, next_token: int) -> tuple[int, list[int]]:
+        """After a round: how many drafted tokens the drafter keeps, and what it appends.
+
+        The kept draft tokens spell a prefix of the accepted text; the rest of that
+        text (a split piece, the target's own next token) is spelled in draft tokens.
+        """
+        kept = proposal.draft_end[n_accepted - 1] if n_accepted else 0
+        if self.identity:
+            return kept, [next_token]
+        accepted = self.target.decode_bytes(proposal.target_ids[:n_accepted])
+        covered = self.draft.decode_bytes(draft_ids[:kept])
+        assert accepted.startswith(covered), (accepted, covered)
+        rest = accepted[len(covered) :] + self.target.token_bytes[next_token]
+        return kept, self.draft.encode_bytes(rest)
+
+    def learn(self, cache: NGramCache, target_ids) -> None:
+        """Teach the cache how the drafter spells each committed target token."""
+        if self.identity:
+            return
+        for t in target_ids:
+            t = int(t)
+            if self.target.special[t] or t >= len(self.target):
+                continue
+            try:
+                spelling = self.draft.encode_bytes(self.target.token_bytes[t])
+            except ValueError:
+                continue
+            if len(spelling) >= 2:
+                cache.add(t, spelling)

@@ -1,0 +1,98 @@
+"""One interface for every way of running a model (eager torch, ExecuTorch, onnxruntime).
+
+A runner owns a static KV cache of `max_context` positions and knows how many
+leading positions of the sequence it holds (`position`). The decoding loop only
+ever does two things with it:
+  - `forward(tokens, start, n_logits)`: write `tokens` at positions start.. and
+    return the logits of the last `n_logits` of them;
+  - `rollback(position)`: forget everything from `position` on (rejected drafts).
+A static cache makes rollback free: the next forward simply overwrites the
+stale slots, and the causal mask never lets a query see past itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from ..errors import OmniDraftError
+
+
+class ModelRunner(ABC):
+    name: str = "runner"
+    backend: str = "?"
+
+    def __init__(self, vocab_size: int, max_context: int, max_tokens_per_call: int | None = None):
+        self.vocab_size = vocab_size
+        self.max_context = max_context
+        self.max_tokens_per_call = max_tokens_per_call  # None: any length (long prompts are still chunked)
+        self.position = 0
+        self.calls = 0
+
+    def forward(self, tokens, start: int, n_logits: int = 1) -> np.ndarray:
+        """Logits [n_logits, vocab] (float32) for the last n_logits of `tokens` placed at `start`."""
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("forward needs at least one token")
+        if start > self.position:
+            raise ValueError(f"cache holds {self.position} positions, cannot write at {start}")
+        if start + n > self.max_context:
+            raise OmniDraftError(
+                f"{self.name}: {start + n} positions exceed the context window of {self.max_context}"
+            )
+        n_logits = min(max(1, n_logits), n)
+        chunk = self.max_tokens_per_call or 256
+        outputs = []
+        for lo in range(0, n, chunk):
+            hi = min(n, lo + chunk)
+            want = max(0, hi - (n - n_logits))  # how many of this chunk's rows are wanted
+            logits = self._forward(tokens[lo:hi], start + lo, max(want, 1))
+            self.calls += 1
+            self.position = start + hi
+            if want:
+                outputs.append(logits[-want:])
+        return np.concatenate(outputs) if len(outputs) > 1 else outputs[0]
+
+    def rollback(self, position: int) -> None:
+        """Keep only the first `position` cached positions."""
+        self.position = max(0, min(self.position, position))
+
+    def reset(self) -> None:
+        self.position = 0
+
+    @abstractmethod
+    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> np.ndarray:
+        """Run tokens at positions start..start+len-1; return the last n_logits rows of logits."""
+
+
+class EagerRunner(ModelRunner):
+    """A Hugging Face causal LM in eager PyTorch with a static KV cache."""
+
+    backend = "eager"
+
+    def __init__(self, model, max_context: int, name: str = "model"):
+        import torch
+        from transformers.cache_utils import Cache, StaticLayer
+
+        super().__init__(int(model.config.get_text_config().vocab_size), max_context)
+        self.name = name
+        self.model = model
+        self._torch = torch
+        # Every layer gets a full-length static cache, sliding-window layers included:
+        # the masks still apply the window, and rollback never loses evicted states.
+        n_layers = model.config.get_text_config().num_hidden_layers
+        self.cache = Cache(layers=[StaticLayer(max_cache_len=max_context) for _ in range(n_layers)])
+        self._cached = 0  # positions the HF cache object believes it holds
+
+    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> np.ndarray:
+        torch = self._torch
+        if start != self._cached:
+            self.cache.crop(start - self._cached)  # static layers crop by a negative count
+        ids = torch.from_numpy(tokens).unsqueeze(0)
+        pos = torch.arange(start, start + len(tokens)).unsqueeze(0)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, position_ids=pos, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
+        self._cached = start + len(tokens)
+        return out.logits[0].float().numpy()
