@@ -153,7 +153,7 @@ class VocabBridge:
         covered = self.draft.decode_bytes(draft_ids[:kept])
         assert accepted.startswith(covered), (accepted, covered)
         rest = accepted[len(covered) :] + self.target.token_bytes[next_token]
-        return kept, self.draft.encode_bytes(rest)
+        return kept, self.draft.encode_bytes(rest, lenient=True)
 
     def learn(self, cache: NGramCache, target_ids) -> None:
         """Teach the cache how the drafter spells each committed target token."""

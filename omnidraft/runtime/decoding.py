@@ -101,7 +101,7 @@ class SpeculativeDecoder:
         while body and body[0] in bos:
             body = body[1:]
         prefix = self.bridge.draft.tokenizer.encode("", add_special_tokens=True)
-        return list(prefix) + self.bridge.draft.encode_bytes(tv.decode_bytes(body))
+        return list(prefix) + self.bridge.draft.encode_bytes(tv.decode_bytes(body), lenient=True)
 
     # -- the loop ------------------------------------------------------------------------
     def generate(self, target_prompt: list[int], config: GenerationConfig, on_text=None) -> GenerationResult:

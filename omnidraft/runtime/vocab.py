@@ -135,27 +135,38 @@ class Vocab:
     def decode_bytes(self, ids) -> bytes:
         return b"".join(self.token_bytes[i] for i in ids)
 
-    def encode_bytes(self, data: bytes) -> list[int]:
-        """Ids that spell exactly `data`; invalid UTF-8 bytes become byte tokens."""
+    def encode_bytes(self, data: bytes, lenient: bool = False) -> list[int]:
+        """Ids that spell exactly `data`; invalid UTF-8 bytes become byte tokens.
+
+        A byte the vocabulary cannot spell at all (byte-level BPE vocabularies may
+        lack bytes that never occur in UTF-8, such as 0xFF) raises ValueError, or
+        is skipped when `lenient` (the drafter's view of the text may lose it).
+        """
         ids: list[int] = []
         for chunk, valid in _utf8_runs(data):
             if valid:
-                ids.extend(self._encode_text(chunk.decode("utf-8")))
+                ids.extend(self._encode_text(chunk.decode("utf-8"), lenient))
             else:
                 for b in chunk:
-                    if self.byte_tokens[b] < 0:
+                    if self.byte_tokens[b] >= 0:
+                        ids.append(self.byte_tokens[b])
+                    elif not lenient:
                         raise ValueError(f"tokenizer cannot spell byte 0x{b:02x}")
-                    ids.append(self.byte_tokens[b])
         return ids
 
-    def _encode_text(self, text: str) -> list[int]:
+    def _encode_text(self, text: str, lenient: bool) -> list[int]:
         # split_special_tokens: text that looks like "<eos>" is plain text here.
         ids = self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
-        if self.decode_bytes(ids) != text.encode("utf-8"):
-            # Some SentencePiece setups add or eat a leading space: spell bytes one by one then.
-            ids = [self.byte_tokens[b] for b in text.encode("utf-8")]
-            if min(ids) < 0:
-                raise ValueError(f"tokenizer cannot spell {text!r} exactly")
+        if self.decode_bytes(ids) == text.encode("utf-8"):
+            return ids
+        # The tokenizer dropped or changed something (a byte missing from a byte-level
+        # vocabulary, a SentencePiece dummy space): spell that text byte by byte.
+        ids = []
+        for b in text.encode("utf-8"):
+            if self.byte_tokens[b] >= 0:
+                ids.append(self.byte_tokens[b])
+            elif not lenient:
+                raise ValueError(f"tokenizer cannot spell byte 0x{b:02x}")
         return ids
 
 

@@ -1,0 +1,214 @@
+"""The `omnidraft` command line.
+
+Every user mistake ends in one line on stderr and a non-zero exit; tracebacks
+are for bugs only (and even then shown only with OMNIDRAFT_DEBUG=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .errors import OmniDraftError
+
+EXIT_USER_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + error
+        raise _UsageError(f"{self.prog}: {message}")
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = _non_negative_float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="omnidraft", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    gen = sub.add_parser("generate", help="generate text with speculative decoding")
+    src = gen.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the prompt text")
+    src.add_argument("--prompt-file", type=Path, help="read the prompt from a UTF-8 file")
+    gen.add_argument("--max-new-tokens", type=_positive_int, default=64)
+    gen.add_argument("--temperature", type=_non_negative_float, default=0.0, help="0 = greedy (exact)")
+    gen.add_argument("--top-p", type=_probability, default=1.0)
+    gen.add_argument("--draft-len", type=_positive_int, default=4, help="draft tokens per round")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--chat", action="store_true", help="apply the target's chat template")
+    gen.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
+    gen.add_argument("--no-speculation", action="store_true", help="target-only baseline, same runner")
+    gen.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
+    gen.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
+    gen.add_argument("--max-context", type=_positive_int, default=512, help="target KV cache length")
+    gen.add_argument("--no-ngram-cache", action="store_true", help="direct vocabulary mapping only")
+    gen.add_argument("--threads", type=_positive_int, help="torch intra-op threads")
+    gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+
+    sub.add_parser("prepare", help="convert the default models into $OMNIDRAFT_HOME (one time)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "generate":
+            return cmd_generate(args)
+        if args.command == "prepare":
+            return cmd_prepare(args)
+    except _UsageError as e:
+        print(e, file=sys.stderr)
+        return EXIT_USAGE
+    except OmniDraftError as e:
+        print(f"omnidraft: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("\nomnidraft: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - a bug; keep the user's terminal clean unless debugging
+        if os.environ.get("OMNIDRAFT_DEBUG"):
+            raise
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"omnidraft: internal error: {type(e).__name__}: {first} (OMNIDRAFT_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _quiet_libraries() -> None:
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def read_prompt(args) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    path: Path = args.prompt_file
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise OmniDraftError(f"prompt file not found: {path}") from None
+    except OSError as e:
+        raise OmniDraftError(f"cannot read prompt file {path}: {e.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise OmniDraftError(f"prompt file {path} is not valid UTF-8 (byte {e.start})") from None
+
+
+def cmd_prepare(args) -> int:
+    from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, prepare_default_model
+
+    for model in (DEFAULT_TARGET, DEFAULT_DRAFTER):
+        path = prepare_default_model(model)
+        print(f"{model.role}: {model.name} ready at {path}")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    prompt = read_prompt(args)
+    if not prompt.strip():
+        raise OmniDraftError("the prompt is empty")
+    _quiet_libraries()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from .pair import build_eager_pair
+    from .runtime.decoding import GenerationConfig
+    from .runtime.sampling import Sampler
+
+    pair = build_eager_pair(
+        args.target,
+        args.drafter,
+        speculative=not args.no_speculation,
+        max_context=args.max_context,
+        use_ngram_cache=not args.no_ngram_cache,
+    )
+    ids = pair.encode_prompt(prompt, chat=args.chat)
+    config = GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        draft_len=args.draft_len,
+        sampler=Sampler(args.temperature, args.top_p),
+        seed=args.seed,
+        stop_strings=tuple(args.stop),
+        eos_ids=pair.eos_ids(args.chat),
+        speculative=not args.no_speculation,
+    )
+    stream = None if args.json else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
+    result = pair.decoder.generate(ids, config, on_text=stream)
+    pair.save_cache()
+    s = result.stats
+    report = {
+        "text": result.text,
+        **{k: s[k] for k in ("new_tokens", "target_calls", "tokens_per_target_call", "drafted", "accepted")},
+        "acceptance_rate": s["acceptance_rate"],
+        "ngram_cache_hits": s["ngram_cache_hits"],
+        "ngram_cache_size": s["ngram_cache_size"],
+        "wall_s": s["wall_s"],
+        "prefill_s": s["prefill_s"],
+        "tokens_per_s": s["tokens_per_s"],
+        "target": pair.target_name,
+        "drafter": pair.drafter_name,
+        "backend": pair.decoder.target.backend,
+        "cross_vocab": pair.decoder.cross_vocab,
+        "speculative": not args.no_speculation,
+        "stop_reason": result.stop_reason,
+        "prompt_tokens": len(ids),
+        "draft_len": args.draft_len,
+        "temperature": args.temperature,
+        "threads": torch.get_num_threads(),
+        "vocab_intersection": s["vocab_intersection"],
+        "drafter_calls": s["drafter_calls"],
+    }
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        mode = "speculative" if report["speculative"] else "target-only"
+        print(
+            f"[{mode}] {s['new_tokens']} tokens in {s['decode_s']:.2f}s ({s['tokens_per_s']:.2f} tok/s), "
+            f"{s['tokens_per_target_call']:.2f} tokens/target call, acceptance {s['acceptance_rate']:.2f} "
+            f"({s['accepted']}/{s['drafted']}), n-gram hits {s['ngram_cache_hits']}, "
+            f"stop: {result.stop_reason}, threads {report['threads']}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

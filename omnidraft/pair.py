@@ -1,0 +1,94 @@
+"""Assemble a (target, drafter) pair ready to generate: models, tokenizers, runners,
+the pair's n-gram cache, prompts (plain or chat) and end-of-sequence ids.
+
+The CLI, the benchmarks and the tests all build their decoders here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import OmniDraftError
+from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
+from .progress import log
+from .runtime.decoding import SpeculativeDecoder
+from .runtime.ngram_cache import load_or_fresh
+from .runtime.runner import EagerRunner
+from .runtime.vocab import Vocab
+
+# Gemma 3's turn format, for Gemma checkpoints whose tokenizer ships no chat template
+# (the GGUF of the base 270M model has none).
+GEMMA_TURNS = "<start_of_turn>user\n{prompt}<end_of_turn>\n<start_of_turn>model\n"
+
+
+@dataclass
+class Pair:
+    decoder: SpeculativeDecoder
+    target_name: str
+    drafter_name: str | None
+    target_vocab: Vocab
+    cache_path: Path | None
+
+    def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
+        if not text.strip():
+            raise OmniDraftError("the prompt is empty")
+        tok = self.target_vocab.tokenizer
+        if not chat:
+            return tok.encode(text, add_special_tokens=True)
+        if getattr(tok, "chat_template", None):
+            rendered = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+            return tok.encode(rendered, add_special_tokens=False)
+        if "<start_of_turn>" in tok.get_vocab():
+            return tok.encode(GEMMA_TURNS.format(prompt=text), add_special_tokens=True)
+        raise OmniDraftError(f"target {self.target_name} has no chat template; drop --chat")
+
+    def eos_ids(self, chat: bool = False) -> frozenset[int]:
+        tok = self.target_vocab.tokenizer
+        ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+        if chat:
+            vocab = tok.get_vocab()
+            for end in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>"):
+                if end in vocab:
+                    ids.add(vocab[end])
+        return frozenset(ids)
+
+    def save_cache(self) -> None:
+        cache = self.decoder.ngram_cache
+        if cache is None or self.cache_path is None:
+            return
+        try:
+            cache.save(self.cache_path)
+        except OSError as e:
+            log(f"[omnidraft] warning: could not save the n-gram cache to {self.cache_path}: {e.strerror or e}")
+
+
+def build_eager_pair(
+    target: str | None = None,
+    drafter: str | None = None,
+    speculative: bool = True,
+    max_context: int = 512,
+    use_ngram_cache: bool = True,
+    ngram_cache_size: int = 20_000,
+) -> Pair:
+    """Load models from checkpoint folders (or the prepared defaults) on the eager backend."""
+    if max_context < 2:
+        raise OmniDraftError("max context must be at least 2")
+    target_path = resolve_model_path(target, DEFAULT_TARGET)
+    target_vocab = Vocab.from_tokenizer(load_tokenizer(target_path))
+    target_runner = EagerRunner(load_model(target_path), max_context, name="target")
+    if not speculative:
+        decoder = SpeculativeDecoder(target_runner, target_vocab)
+        return Pair(decoder, target_path.name, None, decoder.target_vocab, None)
+
+    drafter_path = resolve_model_path(drafter, DEFAULT_DRAFTER)
+    draft_vocab = Vocab.from_tokenizer(load_tokenizer(drafter_path))
+    # Draft tokens can be shorter than target tokens: give the drafter twice the room.
+    drafter_runner = EagerRunner(load_model(drafter_path), 2 * max_context, name="drafter")
+    decoder = SpeculativeDecoder(target_runner, target_vocab, drafter_runner, draft_vocab)
+    cache_path = None
+    if use_ngram_cache and decoder.cross_vocab:
+        pair_id = decoder.bridge.pair_id
+        cache_path = omnidraft_home() / "ngram" / f"{drafter_path.name}--{target_path.name}--{pair_id}.json"
+        decoder.ngram_cache = load_or_fresh(cache_path, pair_id, ngram_cache_size, warn=log)
+    return Pair(decoder, target_path.name, drafter_path.name, decoder.target_vocab, cache_path)

@@ -1,0 +1,154 @@
+"""The speculative loop on tiny random models with real configs and real tokenizers.
+
+Greedy speculative output must equal greedy target-only output token for token,
+same vocabulary and across vocabularies; sampling with one vocabulary must
+reproduce the target's distribution.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from omnidraft.errors import OmniDraftError
+from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
+from omnidraft.runtime.ngram_cache import NGramCache
+from omnidraft.runtime.runner import EagerRunner
+from omnidraft.runtime.sampling import Sampler
+
+from .conftest import bigram_runner, byte_vocab, tiny_model
+
+PROMPTS = [
+    "def add(a, b):\n    return",
+    "Once upon a time, the café served 中文 tea 🍵 to",
+    "User: how are you?\nAssistant:",
+]
+
+
+def baseline(target, vocab, ids, n):
+    dec = SpeculativeDecoder(target, vocab)
+    return dec.generate(ids, GenerationConfig(max_new_tokens=n, speculative=False))
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("draft_len", [1, 3, 6])
+def test_greedy_cross_vocab_equals_target_only(prompt, draft_len, tiny_target, tiny_drafter, target_vocab, draft_vocab):
+    ids = target_vocab.tokenizer.encode(prompt)
+    want = baseline(tiny_target, target_vocab, ids, 24)
+    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    dec.ngram_cache = NGramCache(dec.bridge.pair_id)
+    for _ in range(2):  # the second run proposes through what the cache learned in the first
+        got = dec.generate(ids, GenerationConfig(max_new_tokens=24, draft_len=draft_len))
+        assert got.token_ids == want.token_ids
+        assert got.text == want.text
+        assert got.stats["drafted"] > 0 and got.stats["accepted"] <= got.stats["drafted"]
+    assert dec.cross_vocab
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_same_vocab_equals_target_only(prompt, drafter_path, draft_vocab):
+    target = EagerRunner(tiny_model(drafter_path, seed=3), 128)
+    ids = draft_vocab.tokenizer.encode(prompt)
+    want = baseline(target, draft_vocab, ids, 20)
+    other = EagerRunner(tiny_model(drafter_path, seed=4), 128)
+    twin = EagerRunner(tiny_model(drafter_path, seed=3), 128)  # the target's own weights
+    for drafter, full in ((other, False), (twin, True)):
+        dec = SpeculativeDecoder(target, draft_vocab, drafter, draft_vocab)
+        assert not dec.cross_vocab
+        got = dec.generate(ids, GenerationConfig(max_new_tokens=20, draft_len=4))
+        assert got.token_ids == want.token_ids
+        if full:  # a perfect drafter: every proposal accepted, 5 tokens per target call
+            assert got.stats["accepted"] == got.stats["drafted"]
+            assert got.stats["target_calls"] == 4
+
+
+def test_stop_conditions(tiny_target, tiny_drafter, target_vocab, draft_vocab):
+    ids = target_vocab.tokenizer.encode(PROMPTS[0])
+    full = baseline(tiny_target, target_vocab, ids, 30)
+    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    eos = full.token_ids[10]
+    got = dec.generate(ids, GenerationConfig(max_new_tokens=30, eos_ids=frozenset({eos})))
+    assert got.stop_reason == "eos" and got.token_ids == full.token_ids[: full.token_ids.index(eos)]
+    stop = full.text[len(full.text) // 2 :][:3]
+    if stop.strip():
+        got = dec.generate(ids, GenerationConfig(max_new_tokens=30, stop_strings=(stop,)))
+        assert got.stop_reason == "stop_string" and got.text.endswith(stop)
+        assert got.text == full.text[: full.text.index(stop) + len(stop)]
+    got = dec.generate(ids, GenerationConfig(max_new_tokens=7))
+    assert got.stop_reason == "max_new_tokens" and got.token_ids == full.token_ids[:7]
+
+
+def test_context_window(tiny_target_model, tiny_drafter, target_vocab, draft_vocab):
+    target = EagerRunner(tiny_target_model, 24)
+    ids = target_vocab.tokenizer.encode(PROMPTS[0])
+    dec = SpeculativeDecoder(target, target_vocab, tiny_drafter, draft_vocab)
+    got = dec.generate(ids, GenerationConfig(max_new_tokens=100))
+    assert got.stop_reason == "context_full" and len(ids) + len(got.token_ids) == 25
+    assert got.token_ids == baseline(target, target_vocab, ids, 100).token_ids
+    with pytest.raises(OmniDraftError, match="context window is 24"):
+        dec.generate(list(range(5, 40)), GenerationConfig())
+    with pytest.raises(OmniDraftError, match="empty"):
+        dec.generate([], GenerationConfig())
+    with pytest.raises(OmniDraftError, match="draft length"):
+        GenerationConfig(draft_len=0)
+
+
+def test_streaming_pieces_add_up_to_the_text(tiny_target, tiny_drafter, target_vocab, draft_vocab):
+    ids = target_vocab.tokenizer.encode(PROMPTS[1])
+    pieces = []
+    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    got = dec.generate(ids, GenerationConfig(max_new_tokens=30), on_text=pieces.append)
+    assert "".join(pieces) == got.text and len(pieces) > 1
+
+
+def exact_distribution(table, prompt_token, n):
+    """P(sequence) of n tokens sampled from a bigram table, by enumeration."""
+    probs = np.exp(table - table.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    v = table.shape[0]
+    dist = {}
+    for seq in itertools.product(range(v), repeat=n):
+        p, prev = 1.0, prompt_token
+        for t in seq:
+            p *= probs[prev, t]
+            prev = t
+        dist[seq] = p
+    return dist
+
+
+def test_sampling_same_vocab_reproduces_target_distribution():
+    """Chi-square: 3-token continuations from speculative sampling follow the target's law."""
+    v, n, runs = 5, 3, 4000
+    rng = np.random.default_rng(0)
+    target_table = rng.normal(0, 1.5, size=(v, v))
+    draft_table = target_table + rng.normal(0, 1.5, size=(v, v))  # a related but wrong drafter
+    vocab = byte_vocab(v)
+    dec = SpeculativeDecoder(bigram_runner(target_table), vocab, bigram_runner(draft_table), vocab)
+    counts = {}
+    accepted = drafted = 0
+    for seed in range(runs):
+        got = dec.generate([0], GenerationConfig(max_new_tokens=n, draft_len=2, sampler=Sampler(1.0), seed=seed))
+        key = tuple(got.token_ids)
+        counts[key] = counts.get(key, 0) + 1
+        accepted += got.stats["accepted"]
+        drafted += got.stats["drafted"]
+    want = exact_distribution(target_table, 0, n)
+    keys = sorted(want)
+    expected = np.array([want[k] * runs for k in keys])
+    observed = np.array([counts.get(k, 0) for k in keys])
+    # pool rare outcomes so every cell expects at least 5
+    order = np.argsort(expected)
+    exp_cells, obs_cells, e_acc, o_acc = [], [], 0.0, 0
+    for i in order:
+        e_acc += expected[i]
+        o_acc += observed[i]
+        if e_acc >= 5:
+            exp_cells.append(e_acc)
+            obs_cells.append(o_acc)
+            e_acc, o_acc = 0.0, 0
+    exp_cells[-1] += e_acc
+    obs_cells[-1] += o_acc
+    _, p_value = scipy_stats.chisquare(obs_cells, exp_cells)
+    assert p_value > 1e-3, p_value
+    assert 0.2 < accepted / drafted < 0.95  # both the accept and the residual paths were exercised
