@@ -1,0 +1,88 @@
+"""The CLI against bad input: one line on stderr, a non-zero exit, never a traceback."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args, home=None, timeout=300):
+    env = None
+    if home is not None:
+        import os
+
+        env = {**os.environ, "OMNIDRAFT_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "omnidraft", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def assert_one_line_error(proc, needle, code=None):
+    assert proc.returncode != 0
+    if code is not None:
+        assert proc.returncode == code
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["generate", "--prompt", ""], "prompt is empty"),
+        (["generate", "--prompt", "   \n"], "prompt is empty"),
+        (["generate", "--prompt-file", "/no/such/file.txt"], "prompt file not found"),
+        (["generate", "--prompt", "x", "--draft-len", "0"], "--draft-len: must be at least 1"),
+        (["generate", "--prompt", "x", "--max-new-tokens", "-3"], "--max-new-tokens: must be at least 1"),
+        (["generate", "--prompt", "x", "--top-p", "1.5"], "--top-p: must be in (0, 1]"),
+        (["generate", "--prompt", "x", "--temperature", "nan"], "--temperature"),
+        (["generate", "--prompt", "x", "--target", "/no/such/model"], "model path does not exist"),
+        (["generate"], "one of the arguments --prompt --prompt-file is required"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_fast(args, needle):
+    assert_one_line_error(run(*args), needle)
+
+
+def test_invalid_utf8_prompt_file(tmp_path):
+    bad = tmp_path / "p.txt"
+    bad.write_bytes(b"hello \xff\xfe world")
+    assert_one_line_error(run("generate", "--prompt-file", str(bad)), "not valid UTF-8 (byte 6)")
+
+
+def test_folder_without_config(tmp_path):
+    assert_one_line_error(run("generate", "--prompt", "x", "--drafter", str(tmp_path)), "no config.json")
+
+
+@pytest.mark.real
+def test_prompt_longer_than_context_and_json_output(tmp_path, target_path, drafter_path):
+    long = run("generate", "--prompt", "word " * 50, "--max-context", "16",
+               "--target", str(target_path), "--drafter", str(drafter_path))
+    assert_one_line_error(long, "the context window is 16")
+    ok = run("generate", "--prompt", "The capital of France is", "--max-new-tokens", "8", "--json",
+             "--target", str(target_path), "--drafter", str(drafter_path), home=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    for key in ("text", "new_tokens", "target_calls", "tokens_per_target_call", "drafted", "accepted",
+                "acceptance_rate", "ngram_cache_hits", "wall_s", "tokens_per_s", "target", "drafter",
+                "backend", "cross_vocab", "speculative"):
+        assert key in report
+    assert report["new_tokens"] == 8 and report["cross_vocab"] is True and report["backend"] == "eager"
+    assert list((tmp_path / "ngram").glob("*.json")), "the n-gram cache was saved"
+
+
+@pytest.mark.real
+def test_corrupt_cache_is_set_aside(tmp_path, target_path, drafter_path):
+    args = ("generate", "--prompt", "Hello there", "--max-new-tokens", "4", "--json",
+            "--target", str(target_path), "--drafter", str(drafter_path))
+    assert run(*args, home=tmp_path).returncode == 0
+    (cache_file,) = (tmp_path / "ngram").glob("*.json")
+    cache_file.write_bytes(b"\x00garbage")
+    proc = run(*args, home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "started a fresh cache" in proc.stderr
+    assert list((tmp_path / "ngram").glob("*.bad-*"))
+    json.loads(cache_file.read_text())  # a fresh, valid cache was written back
