@@ -77,6 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-ngram-cache", action="store_true", help="direct vocabulary mapping only")
     gen.add_argument("--threads", type=_positive_int, help="torch intra-op threads")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+    gen.add_argument("--backend", choices=("eager", "executorch", "onnxruntime"), default="eager")
+    gen.add_argument("--bundle", type=Path, help="exported bundle folder (executorch and onnxruntime backends)")
+
+    exp = sub.add_parser("export", help="export target and drafter into a bundle (.pte and/or .onnx)")
+    exp.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
+    exp.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
+    exp.add_argument("--out", type=Path, required=True, help="bundle folder to write")
+    exp.add_argument("--format", choices=("executorch", "onnx", "both"), default="executorch")
+    exp.add_argument("--quant", choices=("none", "8da4w", "int8"), default="none",
+                     help="8da4w: ExecuTorch int4 weights/int8 activations; int8: ONNX dynamic int8")
+    exp.add_argument("--max-context", type=_positive_int, default=512, help="target KV cache length")
+    exp.add_argument("--max-draft-len", type=_positive_int, default=8, help="largest draft length K")
 
     sub.add_parser("prepare", help="convert the default models into $OMNIDRAFT_HOME (one time)")
     return parser
@@ -89,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_generate(args)
         if args.command == "prepare":
             return cmd_prepare(args)
+        if args.command == "export":
+            return cmd_export(args)
     except _UsageError as e:
         print(e, file=sys.stderr)
         return EXIT_USAGE
@@ -139,6 +153,19 @@ def cmd_prepare(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    _quiet_libraries()
+    from .export.build import export_bundle
+
+    formats = ("executorch", "onnx") if args.format == "both" else (args.format,)
+    export_bundle(
+        args.out, args.target, args.drafter, formats=formats, quant=args.quant,
+        max_context=args.max_context, max_draft_len=args.max_draft_len,
+    )
+    print(args.out)
+    return 0
+
+
 def cmd_generate(args) -> int:
     prompt = read_prompt(args)
     if not prompt.strip():
@@ -148,17 +175,30 @@ def cmd_generate(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from .pair import build_eager_pair
+    from .pair import build_bundle_pair, build_eager_pair
     from .runtime.decoding import GenerationConfig
     from .runtime.sampling import Sampler
 
-    pair = build_eager_pair(
-        args.target,
-        args.drafter,
-        speculative=not args.no_speculation,
-        max_context=args.max_context,
-        use_ngram_cache=not args.no_ngram_cache,
-    )
+    if args.backend == "eager":
+        if args.bundle is not None:
+            raise OmniDraftError("--bundle runs on --backend executorch or onnxruntime, not eager")
+        pair = build_eager_pair(
+            args.target,
+            args.drafter,
+            speculative=not args.no_speculation,
+            max_context=args.max_context,
+            use_ngram_cache=not args.no_ngram_cache,
+        )
+    else:
+        if args.bundle is None:
+            raise OmniDraftError(f"--backend {args.backend} needs --bundle DIR (make one with `omnidraft export`)")
+        if args.target or args.drafter:
+            raise OmniDraftError("--target/--drafter do not apply to a bundle: its models are fixed at export")
+        pair = build_bundle_pair(
+            args.bundle, args.backend, speculative=not args.no_speculation, threads=args.threads,
+            use_ngram_cache=not args.no_ngram_cache,
+        )
+        pair.bundle.check_draft_len(args.draft_len)
     ids = pair.encode_prompt(prompt, chat=args.chat)
     config = GenerationConfig(
         max_new_tokens=args.max_new_tokens,

@@ -13,7 +13,7 @@ from .errors import OmniDraftError
 from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
 from .progress import log
 from .runtime.decoding import SpeculativeDecoder
-from .runtime.ngram_cache import load_or_fresh
+from .runtime.ngram_cache import CacheFileError, NGramCache, load_or_fresh
 from .runtime.runner import EagerRunner
 from .runtime.vocab import Vocab
 
@@ -29,6 +29,7 @@ class Pair:
     drafter_name: str | None
     target_vocab: Vocab
     cache_path: Path | None
+    bundle: object = None  # the loaded Bundle when running exported graphs
 
     def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
         if not text.strip():
@@ -63,6 +64,23 @@ class Pair:
             log(f"[omnidraft] warning: could not save the n-gram cache to {self.cache_path}: {e.strerror or e}")
 
 
+def _attach_cache(decoder, drafter_name, target_name, use_ngram_cache, size, seed_file=None):
+    """The pair's n-gram cache from $OMNIDRAFT_HOME (seeded from a bundle's copy if absent)."""
+    if not (use_ngram_cache and decoder.cross_vocab):
+        return None
+    pair_id = decoder.bridge.pair_id
+    path = omnidraft_home() / "ngram" / f"{drafter_name}--{target_name}--{pair_id}.json"
+    if path.exists() or seed_file is None:
+        decoder.ngram_cache = load_or_fresh(path, pair_id, size, warn=log)
+        return path
+    try:  # first run of a bundle: start from the cache it shipped with (never modify the bundle)
+        decoder.ngram_cache = NGramCache.load(seed_file, pair_id, size)
+    except CacheFileError as e:
+        log(f"[omnidraft] warning: the bundle's n-gram cache is {e}; starting a fresh cache")
+        decoder.ngram_cache = NGramCache(pair_id, size)
+    return path
+
+
 def build_eager_pair(
     target: str | None = None,
     drafter: str | None = None,
@@ -86,9 +104,47 @@ def build_eager_pair(
     # Draft tokens can be shorter than target tokens: give the drafter twice the room.
     drafter_runner = EagerRunner(load_model(drafter_path), 2 * max_context, name="drafter")
     decoder = SpeculativeDecoder(target_runner, target_vocab, drafter_runner, draft_vocab)
-    cache_path = None
-    if use_ngram_cache and decoder.cross_vocab:
-        pair_id = decoder.bridge.pair_id
-        cache_path = omnidraft_home() / "ngram" / f"{drafter_path.name}--{target_path.name}--{pair_id}.json"
-        decoder.ngram_cache = load_or_fresh(cache_path, pair_id, ngram_cache_size, warn=log)
+    cache_path = _attach_cache(decoder, drafter_path.name, target_path.name, use_ngram_cache, ngram_cache_size)
     return Pair(decoder, target_path.name, drafter_path.name, decoder.target_vocab, cache_path)
+
+
+def open_runner(bundle, role: str, backend: str, threads: int | None):
+    """A runner over the bundle's graph for `role` on `backend` (onnxruntime or executorch)."""
+    meta = bundle.model(role)
+    path = bundle.graph_path(role, backend)
+    if backend == "onnxruntime":
+        from .runtime.onnx_runner import OnnxRunner
+
+        return OnnxRunner(path, meta, threads=threads, name=role)
+    from .runtime.executorch_runner import ExecuTorchRunner
+
+    return ExecuTorchRunner(path, meta, name=role)
+
+
+def build_bundle_pair(
+    bundle_dir,
+    backend: str,
+    speculative: bool = True,
+    threads: int | None = None,
+    use_ngram_cache: bool = True,
+    ngram_cache_size: int = 20_000,
+    verify_hashes: bool = True,
+) -> Pair:
+    """Load an exported bundle (validated) and run it on onnxruntime or ExecuTorch."""
+    from .bundle import check_tokenizer, load_bundle
+
+    bundle = load_bundle(bundle_dir, verify_hashes=verify_hashes)
+    vocabs = {}
+    for role in ("target", "drafter") if speculative else ("target",):
+        vocabs[role] = Vocab.from_tokenizer(load_tokenizer(bundle.tokenizer_dir(role)))
+        check_tokenizer(bundle, role, vocabs[role])
+    target = open_runner(bundle, "target", backend, threads)
+    names = {role: bundle.model(role)["name"] for role in ("target", "drafter")}
+    if not speculative:
+        decoder = SpeculativeDecoder(target, vocabs["target"])
+        return Pair(decoder, names["target"], None, decoder.target_vocab, None, bundle)
+    drafter = open_runner(bundle, "drafter", backend, threads)
+    decoder = SpeculativeDecoder(target, vocabs["target"], drafter, vocabs["drafter"])
+    seed = bundle.root / bundle.manifest["ngram_cache"] if bundle.manifest.get("ngram_cache") else None
+    cache_path = _attach_cache(decoder, names["drafter"], names["target"], use_ngram_cache, ngram_cache_size, seed)
+    return Pair(decoder, names["target"], names["drafter"], decoder.target_vocab, cache_path, bundle)

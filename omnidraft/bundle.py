@@ -1,0 +1,146 @@
+"""The bundle: the contract between export, the Python runtime, the simulator and the app.
+
+A bundle is one folder:
+
+    bundle.json                 this manifest (format below)
+    target.onnx / target.pte    the target's graph(s): tokens + positions -> logits, KV cache
+    drafter.onnx / drafter.pte  the drafter's graph(s), same signature
+    tokenizers/target/          the target's tokenizer files (tokenizer.json, config)
+    tokenizers/drafter/         the drafter's tokenizer files
+    ngram_cache.json            optional: the pair's n-gram cache at export time
+
+bundle.json, version 1:
+
+    format            "omnidraft-bundle"
+    version           1
+    created           ISO date
+    max_context       target KV cache length (the drafter's is in its own entry)
+    max_draft_len     K: verification graphs take 1..K+1 tokens
+    quant             "none" | "8da4w" (ExecuTorch) | "int8" (ONNX)
+    pair_id           drafter and target vocabulary fingerprints
+    versions          {omnidraft, torch, transformers, executorch, onnx, onnxruntime}
+    models.target / models.drafter:
+        name, vocab_size, max_context, max_tokens_per_call, kv_shape
+        [layers, 1, kv_heads, max_context, head_dim], tokenizer (folder),
+        tokenizer_fingerprint, graphs {"onnx": file, "executorch": file}
+    eos_ids, chat_eos_ids   target token ids that end generation
+    ngram_cache       file name or null
+    files             {relative path: {size, sha256}} for every file above
+
+Graph signature (ONNX): inputs input_ids [1, n] int64, position_ids [1, n] int64,
+past_keys and past_values (kv_shape, float32); outputs logits [1, n, vocab],
+present_keys, present_values (kv_shape). ExecuTorch: inputs input_ids [1, n] and
+position_ids [1, n]; the KV cache is a mutable buffer inside the program; output
+logits [1, n, vocab]. In both, 1 <= n <= max_tokens_per_call, and positions past
+the last written one are masked, so a rollback is just writing there again.
+
+Loading checks everything: format and version, every file's presence, size and
+hash, tokenizer identity and vocabulary sizes, and the requested draft length
+against max_draft_len. Any failure is one clear OmniDraftError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import OmniDraftError
+
+FORMAT = "omnidraft-bundle"
+VERSION = 1
+ROLES = ("target", "drafter")
+BACKEND_FORMATS = {"onnxruntime": "onnx", "executorch": "executorch"}
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_entry(root: Path, rel: str) -> dict:
+    path = root / rel
+    return {"size": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+@dataclass
+class Bundle:
+    root: Path
+    manifest: dict
+
+    @property
+    def max_draft_len(self) -> int:
+        return int(self.manifest["max_draft_len"])
+
+    def model(self, role: str) -> dict:
+        return self.manifest["models"][role]
+
+    def graph_path(self, role: str, backend: str) -> Path:
+        fmt = BACKEND_FORMATS[backend]
+        graphs = self.model(role)["graphs"]
+        if fmt not in graphs:
+            have = ", ".join(k for k, v in BACKEND_FORMATS.items() if v in graphs) or "none"
+            raise OmniDraftError(f"bundle {self.root} has no {fmt} graph for the {role} (backends here: {have})")
+        return self.root / graphs[fmt]
+
+    def tokenizer_dir(self, role: str) -> Path:
+        return self.root / self.model(role)["tokenizer"]
+
+    def check_draft_len(self, draft_len: int) -> None:
+        if draft_len > self.max_draft_len:
+            raise OmniDraftError(
+                f"draft length {draft_len} exceeds the bundle's exported maximum of {self.max_draft_len}"
+            )
+
+
+def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
+    root = Path(root)
+    if not root.is_dir():
+        raise OmniDraftError(f"bundle folder not found: {root}")
+    path = root / "bundle.json"
+    if not path.is_file():
+        raise OmniDraftError(f"not a bundle (no bundle.json): {root}")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise OmniDraftError(f"bundle.json in {root} is corrupt ({type(e).__name__})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise OmniDraftError(f"{path} is not an OmniDraft bundle manifest")
+    if manifest.get("version") != VERSION:
+        raise OmniDraftError(
+            f"bundle version {manifest.get('version')} is not supported (this omnidraft reads version {VERSION}); re-export it"
+        )
+    try:
+        for role in ROLES:
+            m = manifest["models"][role]
+            for key in ("name", "vocab_size", "max_context", "max_tokens_per_call", "kv_shape", "tokenizer", "graphs"):
+                m[key]
+        files = manifest["files"]
+        int(manifest["max_draft_len"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise OmniDraftError(f"bundle.json in {root} is missing field {e}") from None
+    for rel, entry in files.items():
+        f = root / rel
+        if not f.is_file():
+            raise OmniDraftError(f"bundle {root} is missing {rel}")
+        if f.stat().st_size != entry["size"]:
+            raise OmniDraftError(f"bundle file {rel} has the wrong size (corrupt or replaced); re-export the bundle")
+        if verify_hashes and sha256_file(f) != entry["sha256"]:
+            raise OmniDraftError(f"bundle file {rel} does not match its sha256 (corrupt or replaced); re-export the bundle")
+    listed = set(files)
+    for role in ROLES:
+        for rel in manifest["models"][role]["graphs"].values():
+            if rel not in listed:
+                raise OmniDraftError(f"bundle graph {rel} is not listed in bundle.json files")
+    return Bundle(root, manifest)
+
+
+def check_tokenizer(bundle: Bundle, role: str, vocab) -> None:
+    """The tokenizer found in the bundle must be the one the graph was exported with."""
+    want = bundle.model(role)["tokenizer_fingerprint"]
+    if vocab.fingerprint != want:
+        raise OmniDraftError(f"bundle {role} tokenizer does not match the exported model (fingerprint {vocab.fingerprint} != {want})")

@@ -1,0 +1,1 @@
+"""Turning target and drafter into on-device graphs (ONNX now; ExecuTorch next)."""

@@ -1,0 +1,127 @@
+"""`omnidraft export`: target + drafter -> a self-contained bundle folder.
+
+The bundle is built in a temporary folder next to --out and renamed into place
+at the end: an interrupted export leaves the previous bundle (or nothing), never
+half a bundle. Format: omnidraft/bundle.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from importlib import metadata
+from pathlib import Path
+
+from .. import __version__
+from ..atomic import atomic_directory
+from ..bundle import FORMAT, VERSION, file_entry
+from ..errors import OmniDraftError
+from ..models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
+from ..progress import log, stage
+from ..runtime.bridge import VocabBridge
+from ..runtime.vocab import Vocab
+
+QUANTS = {"onnx": ("none", "int8"), "executorch": ("none", "8da4w")}
+
+
+def _versions() -> dict:
+    out = {"omnidraft": __version__}
+    for pkg in ("torch", "transformers", "executorch", "torchao", "onnx", "onnxruntime"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def export_bundle(
+    out: Path,
+    target: str | None = None,
+    drafter: str | None = None,
+    formats: tuple[str, ...] = ("onnx",),
+    quant: str = "none",
+    max_context: int = 512,
+    max_draft_len: int = 8,
+    drafter_context: int | None = None,
+    chunk: int = 16,
+) -> Path:
+    """Export both models in each format into the bundle folder `out`."""
+    for fmt in formats:
+        if quant not in QUANTS[fmt]:
+            raise OmniDraftError(f"quantization {quant!r} is not available for {fmt} (choose {', '.join(QUANTS[fmt])})")
+    if max_draft_len < 1:
+        raise OmniDraftError("max draft length must be at least 1")
+    if max_context < max_draft_len + 2:
+        raise OmniDraftError("max context must exceed the max draft length + 1")
+    out = Path(out)
+    paths = {"target": resolve_model_path(target, DEFAULT_TARGET), "drafter": resolve_model_path(drafter, DEFAULT_DRAFTER)}
+    contexts = {"target": max_context, "drafter": drafter_context or 2 * max_context}
+    # One graph per model: verification needs K+1 tokens, prefill and resync use chunks.
+    tokens_per_call = max(max_draft_len + 1, chunk)
+    start = time.perf_counter()
+    with atomic_directory(out) as tmp:
+        vocabs, models = {}, {}
+        for role, path in paths.items():
+            tok = load_tokenizer(path)
+            vocabs[role] = Vocab.from_tokenizer(tok)
+            tok_dir = tmp / "tokenizers" / role
+            tok.save_pretrained(tok_dir)
+            with stage(f"{role}: loading {path.name}"):
+                model = load_model(path)
+            graphs = {}
+            meta = None
+            for fmt in formats:
+                if fmt == "onnx":
+                    from .onnx_export import export_onnx
+
+                    meta = export_onnx(model, tmp / f"{role}.onnx", contexts[role], tokens_per_call, quant)
+                    graphs["onnx"] = f"{role}.onnx"
+                else:
+                    from .executorch_export import export_executorch
+
+                    meta = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call, quant)
+                    graphs["executorch"] = f"{role}.pte"
+            models[role] = {
+                "name": path.name,
+                "vocab_size": meta["vocab_size"],
+                "max_context": contexts[role],
+                "max_tokens_per_call": tokens_per_call,
+                "kv_shape": meta["kv_shape"],
+                "tokenizer": f"tokenizers/{role}",
+                "tokenizer_fingerprint": vocabs[role].fingerprint,
+                "graphs": graphs,
+            }
+            del model
+        bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
+        cache_name = None
+        cache_src = omnidraft_home() / "ngram" / f"{paths['drafter'].name}--{paths['target'].name}--{bridge.pair_id}.json"
+        if cache_src.exists():
+            shutil.copyfile(cache_src, tmp / "ngram_cache.json")
+            cache_name = "ngram_cache.json"
+        tv = vocabs["target"].tokenizer
+        chat_eos = {tv.eos_token_id} | {tv.get_vocab()[t] for t in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>") if t in tv.get_vocab()}
+        with stage("hashing bundle files"):
+            files = {
+                str(p.relative_to(tmp)): file_entry(tmp, str(p.relative_to(tmp)))
+                for p in sorted(tmp.rglob("*"))
+                if p.is_file()
+            }
+        manifest = {
+            "format": FORMAT,
+            "version": VERSION,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "max_context": max_context,
+            "max_draft_len": max_draft_len,
+            "quant": quant,
+            "pair_id": bridge.pair_id,
+            "versions": _versions(),
+            "models": models,
+            "eos_ids": [tv.eos_token_id],
+            "chat_eos_ids": sorted(chat_eos),
+            "ngram_cache": cache_name,
+            "files": files,
+        }
+        (tmp / "bundle.json").write_text(json.dumps(manifest, indent=1))
+    log(f"[omnidraft] bundle written to {out} in {time.perf_counter() - start:.0f}s")
+    return out

@@ -1,0 +1,58 @@
+"""Export a Hugging Face causal LM to an ExecuTorch program (.pte) delegated to XNNPACK.
+
+One method, `forward(input_ids [1, n], position_ids [1, n]) -> logits [1, n, vocab]`,
+1 <= n <= max_tokens; the static KV cache is a mutable buffer inside the program
+and persists across calls. `8da4w` quantizes linear weights to int4 (groups of 32)
+with dynamic int8 activations through torchao before lowering.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..progress import stage
+from .kv_wrapper import BufferKVModel, kv_shape
+
+
+def quantize_8da4w(model, group_size: int = 32) -> None:
+    from torchao.quantization import quantize_
+    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size)))
+
+
+def export_executorch(model, path: Path, max_context: int, max_tokens: int, quant: str = "none") -> dict:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    path = Path(path)
+    model.config._attn_implementation = "sdpa"
+    if quant == "8da4w":
+        with stage(f"executorch: 8da4w quantization for {path.name}"):
+            quantize_8da4w(model)
+    elif quant != "none":
+        raise ValueError(f"unknown ExecuTorch quantization {quant!r}")
+    wrapper = BufferKVModel(model.eval(), max_context).eval()
+    n = min(2, max_tokens)
+    example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0))
+    seq = torch.export.Dim("seq", min=1, max=max_tokens)
+    dynamic = {"input_ids": {1: seq}, "position_ids": {1: seq}}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        with stage(f"executorch: torch.export of {path.name}"):
+            ep = torch.export.export(wrapper, example, dynamic_shapes=dynamic, strict=True)
+        with stage(f"executorch: lowering {path.name} to XNNPACK (slow for real models)"):
+            program = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
+    with stage(f"executorch: writing {path.name}"):
+        path.write_bytes(program.buffer)
+    return {
+        "kv_shape": list(kv_shape(model.config, max_context)),
+        "vocab_size": int(model.config.get_text_config().vocab_size),
+        "max_context": max_context,
+        "max_tokens_per_call": max_tokens,
+        "quant": quant,
+    }

@@ -1,0 +1,74 @@
+"""A causal LM as a pure function of (tokens, positions, KV cache) -> (logits, KV cache).
+
+Exported graphs cannot hold Python cache objects, so the static KV cache becomes
+tensors of shape [layers, 1, kv_heads, max_context, head_dim]:
+  - ONNX (`StaticKVModel`): explicit inputs and outputs, owned by the runner;
+  - ExecuTorch (`BufferKVModel`): mutable buffers that live inside the program.
+The graph writes the new tokens' states at their positions; positions past the
+current one are masked, so rolling back a rejected draft costs nothing: the
+runner just writes there again. Every layer, sliding-window ones included, gets
+the full length, so a rollback never needs states a window already dropped.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, StaticLayer
+
+
+def kv_shape(config, max_context: int) -> tuple[int, int, int, int, int]:
+    text = config.get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    return (text.num_hidden_layers, 1, text.num_key_value_heads, max_context, head_dim)
+
+
+def _static_cache(keys: list[torch.Tensor], values: list[torch.Tensor], start: torch.Tensor, max_context: int) -> Cache:
+    """A transformers Cache whose layers write into the given tensors from `start` on."""
+    layers = []
+    for k, v in zip(keys, values):
+        layer = StaticLayer(max_cache_len=max_context)
+        layer.keys, layer.values = k, v
+        layer.device = k.device
+        layer.batch_size, layer.num_heads = k.shape[:2]
+        layer.k_head_dim = layer.v_head_dim = k.shape[-1]
+        layer.cumulative_length = start.clone()
+        layer.is_initialized = True
+        layers.append(layer)
+    return Cache(layers=layers)
+
+
+class StaticKVModel(torch.nn.Module):
+    """KV cache in, KV cache out (ONNX)."""
+
+    def __init__(self, model, max_context: int):
+        super().__init__()
+        self.model = model
+        self.max_context = max_context
+
+    def forward(self, input_ids, position_ids, past_keys, past_values):
+        n = past_keys.shape[0]
+        keys = [past_keys[i].clone() for i in range(n)]
+        values = [past_values[i].clone() for i in range(n)]
+        cache = _static_cache(keys, values, position_ids[0, 0], self.max_context)
+        out = self.model(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True)
+        return out.logits, torch.stack(keys), torch.stack(values)
+
+
+class BufferKVModel(torch.nn.Module):
+    """KV cache as mutable buffers inside the program (ExecuTorch)."""
+
+    def __init__(self, model, max_context: int):
+        super().__init__()
+        self.model = model
+        self.max_context = max_context
+        layers, _, heads, length, dim = kv_shape(model.config, max_context)
+        for i in range(layers):
+            self.register_buffer(f"k_cache_{i}", torch.zeros(1, heads, length, dim), persistent=False)
+            self.register_buffer(f"v_cache_{i}", torch.zeros(1, heads, length, dim), persistent=False)
+        self.n_layers = layers
+
+    def forward(self, input_ids, position_ids):
+        keys = [getattr(self, f"k_cache_{i}") for i in range(self.n_layers)]
+        values = [getattr(self, f"v_cache_{i}") for i in range(self.n_layers)]
+        cache = _static_cache(keys, values, position_ids[0, 0], self.max_context)
+        return self.model(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True).logits

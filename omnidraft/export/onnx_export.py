@@ -1,0 +1,63 @@
+"""Export a Hugging Face causal LM to one ONNX graph with an explicit static KV cache.
+
+One graph serves prefill (in chunks), drafting (1 token) and verification
+(1..K+1 tokens): the token count is a dynamic dimension. Optional int8 weights
+through onnxruntime's dynamic quantization.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..progress import stage
+from .kv_wrapper import StaticKVModel, kv_shape
+
+INPUTS = ["input_ids", "position_ids", "past_keys", "past_values"]
+OUTPUTS = ["logits", "present_keys", "present_values"]
+
+
+def export_onnx(model, path: Path, max_context: int, max_tokens: int, quant: str = "none") -> dict:
+    """Write `path` (.onnx) and return its metadata (shapes the runner needs)."""
+    path = Path(path)
+    model.config._attn_implementation = "sdpa"
+    wrapper = StaticKVModel(model.eval(), max_context).eval()
+    shape = kv_shape(model.config, max_context)
+    n = min(2, max_tokens)
+    args = (
+        torch.ones((1, n), dtype=torch.long),
+        torch.arange(n).unsqueeze(0),
+        torch.zeros(shape),
+        torch.zeros(shape),
+    )
+    seq = torch.export.Dim("seq", min=1, max=max_tokens)
+    dynamic = {"input_ids": {1: seq}, "position_ids": {1: seq}, "past_keys": None, "past_values": None}
+    fp32 = path if quant == "none" else path.with_suffix(".fp32.onnx")
+    with stage(f"onnx: exporting {path.name}"), warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            wrapper, args, str(fp32), dynamo=True, dynamic_shapes=dynamic, input_names=INPUTS,
+            output_names=OUTPUTS, external_data=False, optimize=True, verbose=False,
+        )
+    if quant == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        with stage(f"onnx: int8 dynamic quantization of {path.name}"):
+            quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+        fp32.unlink()
+    elif quant != "none":
+        raise ValueError(f"unknown ONNX quantization {quant!r}")
+    return {
+        "kv_shape": list(shape),
+        "vocab_size": int(model.config.get_text_config().vocab_size),
+        "max_context": max_context,
+        "max_tokens_per_call": max_tokens,
+        "quant": quant,
+    }
+
+
+def write_meta(path: Path, meta: dict) -> None:
+    Path(path).with_suffix(".json").write_text(json.dumps(meta, indent=1))

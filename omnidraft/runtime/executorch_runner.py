@@ -1,0 +1,54 @@
+"""The ExecuTorch backend: a .pte program behind the runner interface.
+
+The KV cache is a mutable buffer inside the program, so a call only passes the
+tokens and their positions; rollback is free (positions are simply rewritten).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+import numpy as np
+
+from ..errors import OmniDraftError
+from .runner import ModelRunner
+
+
+class ExecuTorchRunner(ModelRunner):
+    backend = "executorch"
+
+    def __init__(self, path, meta: dict, name: str = "model"):
+        import torch
+        from executorch.runtime import Runtime
+
+        super().__init__(int(meta["vocab_size"]), int(meta["max_context"]), int(meta["max_tokens_per_call"]))
+        self.name = name
+        self._torch = torch
+        try:
+            with _quiet_stderr():  # the C++ runtime logs CPU probing noise on first use
+                self.method = Runtime.get().load_program(str(path)).load_method("forward")
+        except Exception as e:  # noqa: BLE001 - a corrupt or foreign program is a user problem
+            raise OmniDraftError(f"cannot load ExecuTorch program {path}: {str(e).splitlines()[0][:200]}") from e
+
+    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> np.ndarray:
+        torch = self._torch
+        ids = torch.from_numpy(np.ascontiguousarray(tokens)).reshape(1, -1)
+        pos = torch.arange(start, start + len(tokens), dtype=torch.long).reshape(1, -1)
+        (logits,) = self.method.execute([ids, pos])
+        return logits[0, -n_logits:].numpy()
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -1,0 +1,43 @@
+"""The onnxruntime backend: an exported graph (see omnidraft/export/onnx_export.py)
+behind the same runner interface as the eager model.
+
+The KV cache lives in two numpy arrays owned by the runner; each call hands them
+to the graph and takes the updated ones back. No torch model in memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import OmniDraftError
+from .runner import ModelRunner
+
+
+class OnnxRunner(ModelRunner):
+    backend = "onnxruntime"
+
+    def __init__(self, path, meta: dict, threads: int | None = None, name: str = "model"):
+        import onnxruntime as ort
+
+        super().__init__(int(meta["vocab_size"]), int(meta["max_context"]), int(meta["max_tokens_per_call"]))
+        self.name = name
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - any load failure is a bad file for the user
+            raise OmniDraftError(f"cannot load ONNX graph {path}: {str(e).splitlines()[0][:200]}") from e
+        self.keys = np.zeros(meta["kv_shape"], dtype=np.float32)
+        self.values = np.zeros(meta["kv_shape"], dtype=np.float32)
+
+    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> np.ndarray:
+        feeds = {
+            "input_ids": tokens.reshape(1, -1),
+            "position_ids": np.arange(start, start + len(tokens), dtype=np.int64).reshape(1, -1),
+            "past_keys": self.keys,
+            "past_values": self.values,
+        }
+        logits, self.keys, self.values = self.session.run(None, feeds)
+        return logits[0, -n_logits:]

@@ -1,0 +1,169 @@
+"""Exported graphs (onnxruntime, ExecuTorch) behind the runner interface, and the bundle contract.
+
+Tiny random models with the real configs and tokenizers are exported for real;
+their logits must match eager torch, greedy speculative decoding on each backend
+must equal target-only decoding on the same backend, and a damaged bundle must be
+refused with one clear error.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from omnidraft.bundle import load_bundle
+from omnidraft.errors import OmniDraftError
+from omnidraft.export.build import export_bundle
+from omnidraft.pair import build_bundle_pair, open_runner
+from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
+from omnidraft.runtime.runner import EagerRunner
+
+from .conftest import tiny_model
+
+MAX_DRAFT = 4
+BACKENDS = ["onnxruntime", "executorch"]
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoints(tmp_path_factory, target_path, drafter_path):
+    from omnidraft.models import load_tokenizer
+
+    root = tmp_path_factory.mktemp("ckpt")
+    out = {}
+    for role, src, seed, window in (("target", target_path, 1, 8), ("drafter", drafter_path, 2, None)):
+        model = tiny_model(src, seed=seed, sliding_window=window)
+        model.save_pretrained(root / role)
+        load_tokenizer(src).save_pretrained(root / role)
+        out[role] = root / role
+    return out
+
+
+@pytest.fixture(scope="module")
+def bundle_dir(tmp_path_factory, tiny_checkpoints):
+    out = tmp_path_factory.mktemp("bundle") / "tiny"
+    export_bundle(out, str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]),
+                  formats=("onnx", "executorch"), max_context=64, max_draft_len=MAX_DRAFT)
+    return out
+
+
+def test_bundle_manifest(bundle_dir):
+    b = load_bundle(bundle_dir)
+    m = b.manifest
+    assert m["format"] == "omnidraft-bundle" and m["version"] == 1
+    assert m["max_draft_len"] == MAX_DRAFT and m["quant"] == "none"
+    assert m["models"]["target"]["vocab_size"] == 262144 and m["models"]["drafter"]["vocab_size"] == 49152
+    assert set(m["models"]["target"]["graphs"]) == {"onnx", "executorch"}
+    for rel, entry in m["files"].items():
+        assert (bundle_dir / rel).stat().st_size == entry["size"] and len(entry["sha256"]) == 64
+    assert any(rel.startswith("tokenizers/target/") for rel in m["files"])
+    assert m["versions"]["torch"] and m["versions"]["executorch"] and m["versions"]["onnx"]
+    assert not list(bundle_dir.parent.glob(".*partial"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("role", ["target", "drafter"])
+def test_logits_match_eager(bundle_dir, tiny_checkpoints, backend, role):
+    from omnidraft.models import load_model
+
+    b = load_bundle(bundle_dir)
+    runner = open_runner(b, role, backend, threads=1)
+    eager = EagerRunner(load_model(tiny_checkpoints[role]), runner.max_context)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 40000, size=40)
+    k_max = MAX_DRAFT + 1
+    steps = [(ids[:20], 0), (ids[20:21], 20), (ids[21:25], 21), (ids[25 : 25 + k_max], 25)]
+    for tokens, start in steps:  # prefill (chunked), k=1, k=4, k=max
+        assert_close(runner.forward(tokens, start, len(tokens)), eager.forward(tokens, start, len(tokens)))
+    for r in (runner, eager):
+        r.rollback(22)  # reject the draft past position 22
+    assert_close(runner.forward(ids[30:34], 22, 4), eager.forward(ids[30:34], 22, 4))
+
+
+def assert_close(got, want):
+    """Within 1e-4 of the logit scale (these tiny models have logits of magnitude ~10-50)."""
+    scale = max(1.0, float(np.abs(want).max()))
+    err = float(np.abs(got - want).max())
+    assert err <= 1e-4 * scale, (err, scale)
+    assert (got.argmax(-1) == want.argmax(-1)).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_greedy_speculative_equals_target_only_on_backend(bundle_dir, backend):
+    pair = build_bundle_pair(bundle_dir, backend, threads=1, use_ngram_cache=False)
+    ids = pair.encode_prompt("def add(a, b):\n    return a +")
+    base = SpeculativeDecoder(pair.decoder.target, pair.target_vocab).generate(
+        ids, GenerationConfig(max_new_tokens=20, speculative=False))
+    got = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=20, draft_len=MAX_DRAFT))
+    assert got.token_ids == base.token_ids
+    assert pair.decoder.target.backend == backend and got.stats["drafted"] > 0
+
+
+def damaged_copy(bundle_dir, tmp_path, damage):
+    dst = tmp_path / "b"
+    shutil.copytree(bundle_dir, dst)
+    damage(dst)
+    return dst
+
+
+def _flip_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _edit_manifest(fn):
+    def damage(root):
+        m = json.loads((root / "bundle.json").read_text())
+        fn(m)
+        (root / "bundle.json").write_text(json.dumps(m))
+    return damage
+
+
+@pytest.mark.parametrize(
+    "damage, needle",
+    [
+        (lambda r: _flip_byte(r / "target.onnx"), "does not match its sha256"),
+        (lambda r: (r / "drafter.pte").unlink(), "missing drafter.pte"),
+        (lambda r: (r / "target.pte").write_bytes(b"x"), "wrong size"),
+        (lambda r: (r / "bundle.json").write_text("{oops"), "bundle.json in"),
+        (lambda r: (r / "bundle.json").unlink(), "no bundle.json"),
+        (_edit_manifest(lambda m: m.update(version=99)), "bundle version 99 is not supported"),
+        (_edit_manifest(lambda m: m["models"]["target"].pop("kv_shape")), "missing field"),
+    ],
+)
+def test_damaged_bundle_is_refused(bundle_dir, tmp_path, damage, needle):
+    with pytest.raises(OmniDraftError, match=needle):
+        build_bundle_pair(damaged_copy(bundle_dir, tmp_path, damage), "onnxruntime")
+
+
+def test_bundle_of_another_tokenizer_is_refused(bundle_dir, tmp_path, drafter_path):
+    """Swap in another model's tokenizer (with hashes fixed up): the fingerprint check catches it."""
+    from omnidraft.bundle import file_entry
+    from omnidraft.models import load_tokenizer
+
+    def swap(root):
+        tok_dir = root / "tokenizers" / "target"
+        shutil.rmtree(tok_dir)
+        load_tokenizer(drafter_path).save_pretrained(tok_dir)
+        m = json.loads((root / "bundle.json").read_text())
+        m["files"] = {k: v for k, v in m["files"].items() if not k.startswith("tokenizers/target/")}
+        for p in tok_dir.iterdir():
+            rel = str(p.relative_to(root))
+            m["files"][rel] = file_entry(root, rel)
+        (root / "bundle.json").write_text(json.dumps(m))
+
+    with pytest.raises(OmniDraftError, match="target tokenizer does not match"):
+        build_bundle_pair(damaged_copy(bundle_dir, tmp_path, swap), "onnxruntime")
+
+
+def test_draft_len_beyond_export_and_missing_backend(bundle_dir, tmp_path):
+    b = load_bundle(bundle_dir)
+    b.check_draft_len(MAX_DRAFT)
+    with pytest.raises(OmniDraftError, match=f"exceeds the bundle's exported maximum of {MAX_DRAFT}"):
+        b.check_draft_len(MAX_DRAFT + 1)
+    pair = build_bundle_pair(bundle_dir, "onnxruntime", use_ngram_cache=False)
+    with pytest.raises(OmniDraftError, match="context window"):
+        pair.decoder.target.forward(np.arange(70), 0)
+    with pytest.raises(OmniDraftError, match="bundle folder not found"):
+        load_bundle(tmp_path / "nope")
