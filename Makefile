@@ -7,7 +7,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROMPT ?= Once upon a time, in a small village by the sea,
 
-.PHONY: install prepare demo test test-fast bench clean
+BUNDLES := $(or $(OMNIDRAFT_HOME),$(HOME)/.cache/omnidraft)/bundles
+
+.PHONY: install prepare demo test test-fast test-bundles bundles bench bench-backends clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +32,21 @@ test: prepare
 	$(BIN)/python -m pytest -q tests
 
 test-fast: install
-	$(BIN)/python -m pytest -q tests -m "not real"
+	$(BIN)/python -m pytest -q tests -m "not real and not bundles"
+
+# Real-pair exports: 8-10 minutes of XNNPACK lowering per model; built once, reused.
+bundles: prepare
+	test -f $(BUNDLES)/onnx-fp32/bundle.json || $(BIN)/omnidraft export --format onnx --out $(BUNDLES)/onnx-fp32
+	test -f $(BUNDLES)/onnx-int8/bundle.json || $(BIN)/omnidraft export --format onnx --quant int8 --out $(BUNDLES)/onnx-int8
+	test -f $(BUNDLES)/et-fp32/bundle.json || $(BIN)/omnidraft export --format executorch --out $(BUNDLES)/et-fp32
+	test -f $(BUNDLES)/et-8da4w/bundle.json || $(BIN)/omnidraft export --format executorch --quant 8da4w --out $(BUNDLES)/et-8da4w
+
+test-bundles: bundles
+	$(BIN)/python -m pytest -q tests -m bundles
+
+bench-backends: bundles
+	$(BIN)/python benchmarks/backends.py --out benchmarks/results/backends \
+		--bundle $(BUNDLES)/et-fp32 --bundle $(BUNDLES)/et-8da4w --bundle $(BUNDLES)/onnx-fp32 --bundle $(BUNDLES)/onnx-int8
 
 bench: prepare
 	$(BIN)/python benchmarks/core_pair.py --out benchmarks/results/core_pair

@@ -122,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _quiet_libraries() -> None:
+    """Library chatter (deprecations, optional kernels not found) is not for users."""
+    import logging
+    import warnings
+
+    for name in ("torch", "torchao", "onnxscript", "onnx_ir", "executorch"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
     import transformers
 
     transformers.utils.logging.set_verbosity_error()

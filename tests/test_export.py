@@ -167,3 +167,82 @@ def test_draft_len_beyond_export_and_missing_backend(bundle_dir, tmp_path):
         pair.decoder.target.forward(np.arange(70), 0)
     with pytest.raises(OmniDraftError, match="bundle folder not found"):
         load_bundle(tmp_path / "nope")
+
+
+def cli(*args, home):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMNIDRAFT_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "omnidraft", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cli_generate_on_bundle(bundle_dir, tmp_path, backend):
+    proc = cli("generate", "--backend", backend, "--bundle", str(bundle_dir), "--prompt", "Hello world",
+               "--max-new-tokens", "6", "--draft-len", str(MAX_DRAFT), "--json", "--threads", "1", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["backend"] == backend and report["new_tokens"] == 6 and report["cross_vocab"]
+    assert proc.stderr.strip() == "", proc.stderr  # no runtime noise on a successful run
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["generate", "--backend", "onnxruntime", "--prompt", "x"], "needs --bundle DIR"),
+        (["generate", "--bundle", "BUNDLE", "--prompt", "x"], "not eager"),
+        (["generate", "--backend", "onnxruntime", "--bundle", "/no/bundle", "--prompt", "x"], "bundle folder not found"),
+        (["generate", "--backend", "executorch", "--bundle", "BUNDLE", "--prompt", "x", "--draft-len", "5"],
+         "exceeds the bundle's exported maximum of 4"),
+        (["generate", "--backend", "executorch", "--bundle", "BUNDLE", "--prompt", "x", "--target", "/x"],
+         "do not apply to a bundle"),
+        (["export", "--format", "onnx", "--quant", "8da4w", "--out", "OUT"], "not available for onnx"),
+        (["export", "--format", "both", "--quant", "int8", "--out", "OUT"], "not available for executorch"),
+        (["export", "--target", "/no/model", "--out", "OUT"], "model path does not exist"),
+    ],
+)
+def test_cli_bundle_errors(bundle_dir, tmp_path, args, needle):
+    args = [str(bundle_dir) if a == "BUNDLE" else str(tmp_path / "out") if a == "OUT" else a for a in args]
+    proc = cli(*args, home=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt, quant", [("onnx", "int8"), ("executorch", "8da4w")])
+def test_quantized_graph_top1_agreement(tmp_path, tiny_checkpoints, target_vocab, fmt, quant):
+    """Top-1 agreement of a quantized tiny target with fp32 eager on real text.
+
+    Floor 0.5: a broken graph (wrong cache, scrambled weights) agrees at chance,
+    about 1/262144; honest int8/int4 error on this random model flips only the
+    tokens whose top two logits are close. The real pair's figures are measured
+    by benchmarks/backends.py and reported in the README.
+    """
+    from omnidraft.models import load_model
+    from omnidraft.pair import open_runner  # noqa: F401 - same construction path as bundles
+
+    ids = target_vocab.tokenizer.encode(
+        "ROMEO. But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
+        "def add(a, b):\n    return a + b\n")[:48]
+    eager = EagerRunner(load_model(tiny_checkpoints["target"]), 64)
+    want = np.concatenate([eager.forward(ids[i:i + 8], i, len(ids[i:i + 8])) for i in range(0, len(ids), 8)])
+    model = load_model(tiny_checkpoints["target"])
+    if fmt == "onnx":
+        from omnidraft.export.onnx_export import export_onnx
+        from omnidraft.runtime.onnx_runner import OnnxRunner
+
+        meta = export_onnx(model, tmp_path / "t.onnx", 64, 8, quant)
+        runner = OnnxRunner(tmp_path / "t.onnx", meta, threads=1)
+    else:
+        from omnidraft.export.executorch_export import export_executorch
+        from omnidraft.runtime.executorch_runner import ExecuTorchRunner
+
+        meta = export_executorch(model, tmp_path / "t.pte", 64, 8, quant)
+        runner = ExecuTorchRunner(tmp_path / "t.pte", meta)
+    got = np.concatenate([runner.forward(ids[i:i + 8], i, len(ids[i:i + 8])) for i in range(0, len(ids), 8)])
+    agreement = float((got.argmax(-1) == want.argmax(-1)).mean())
+    print(f"{fmt} {quant} top-1 agreement with fp32 eager: {agreement:.3f}")
+    assert agreement >= 0.5
