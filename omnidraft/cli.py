@@ -126,9 +126,15 @@ def _quiet_libraries() -> None:
     import logging
     import warnings
 
-    for name in ("torch", "torchao", "onnxscript", "onnx_ir", "executorch"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    import torch  # noqa: F401 - torch configures its loggers on import: quiet them after
+
     warnings.filterwarnings("ignore")
+    quiet = ("torch", "torchao", "onnxscript", "onnx_ir", "executorch")
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".")[0] in quiet:
+            logging.getLogger(name).setLevel(logging.ERROR)
+    for name in quiet:
+        logging.getLogger(name).setLevel(logging.ERROR)
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
