@@ -152,3 +152,16 @@ def test_sampling_same_vocab_reproduces_target_distribution():
     _, p_value = scipy_stats.chisquare(obs_cells, exp_cells)
     assert p_value > 1e-3, p_value
     assert 0.2 < accepted / drafted < 0.95  # both the accept and the residual paths were exercised
+
+
+def test_prefix_reuse_across_calls_is_exact(tiny_target, tiny_drafter, target_vocab, draft_vocab):
+    """A follow-up prompt that extends the last sequence reuses the caches and stays exact."""
+    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    ids = target_vocab.tokenizer.encode(PROMPTS[2])
+    first = dec.generate(ids, GenerationConfig(max_new_tokens=10))
+    follow = ids + first.token_ids + target_vocab.tokenizer.encode(" and then", add_special_tokens=False)
+    got = dec.generate(follow, GenerationConfig(max_new_tokens=12))
+    assert got.stats["prompt_tokens_reused"] >= len(ids)
+    assert got.token_ids == baseline(tiny_target, target_vocab, follow, 12).token_ids
+    other = dec.generate(ids[:3] + [7, 8, 9], GenerationConfig(max_new_tokens=5))  # diverges early
+    assert other.token_ids == baseline(tiny_target, target_vocab, ids[:3] + [7, 8, 9], 5).token_ids

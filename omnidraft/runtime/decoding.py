@@ -123,14 +123,12 @@ class SpeculativeDecoder:
         stop_reason = None
 
         start = time.perf_counter()
-        target.reset()
-        if len(seq) > 1:
-            target.forward(seq[:-1], 0)
+        # Reuse what the caches already hold (a chat's earlier turns, a shared system prompt).
+        reused = _prefill(target, seq)
         if speculative:
-            drafter.reset()
-            if len(draft_seq) > 1:
-                drafter.forward(draft_seq[:-1], 0)
+            _prefill(drafter, draft_seq)
         prefill_s = time.perf_counter() - start
+        rounds = []  # (seconds since start, proposed, accepted) per verification
 
         while stop_reason is None:
             room = target.max_context - len(seq)  # proposals that still fit in the target's cache
@@ -161,6 +159,7 @@ class SpeculativeDecoder:
             counters.drafted += m
             counters.accepted += n
             counters.accepted_lengths[n] += 1
+            rounds.append((time.perf_counter() - start, m, n))
             counters.ngram_hits += proposal.kind.count(NGRAM)
             committed = proposal.target_ids[:n] + [next_token]
             target.rollback(len(seq) + n)
@@ -183,7 +182,10 @@ class SpeculativeDecoder:
                     break
         out.flush()
         wall = time.perf_counter() - start
-        return GenerationResult(out.text, generated, stop_reason, self._stats(counters, generated, prefill_s, wall))
+        stats = self._stats(counters, generated, prefill_s, wall)
+        stats["rounds"] = rounds
+        stats["prompt_tokens_reused"] = reused
+        return GenerationResult(out.text, generated, stop_reason, stats)
 
     def _draft(self, draft_seq, k, sampler, rng, counters):
         """Sample up to k draft tokens; stop early at a token no target token can follow."""
@@ -241,6 +243,19 @@ class SpeculativeDecoder:
             "cross_vocab": self.cross_vocab,
             "vocab_intersection": self.bridge.intersection_size if self.bridge else None,
         }
+
+
+def _prefill(runner: ModelRunner, seq: list[int]) -> int:
+    """Bring the runner's cache to seq[:-1], reusing the prefix it already holds; return its length."""
+    keep = 0
+    cached = runner.tokens
+    limit = min(runner.position, len(seq) - 1)
+    while keep < limit and cached[keep] == seq[keep]:
+        keep += 1
+    runner.rollback(keep)
+    if len(seq) - 1 > keep:
+        runner.forward(seq[keep:-1], keep)
+    return keep
 
 
 class _TextStream:

@@ -28,6 +28,7 @@ class ModelRunner(ABC):
         self.max_context = max_context
         self.max_tokens_per_call = max_tokens_per_call  # None: any length (long prompts are still chunked)
         self.position = 0
+        self.tokens: list[int] = []  # what the cache holds: tokens[i] sits at position i
         self.calls = 0
 
     def forward(self, tokens, start: int, n_logits: int = 1) -> np.ndarray:
@@ -50,6 +51,8 @@ class ModelRunner(ABC):
             want = max(0, hi - (n - n_logits))  # how many of this chunk's rows are wanted
             logits = self._forward(tokens[lo:hi], start + lo, max(want, 1))
             self.calls += 1
+            del self.tokens[start + lo :]
+            self.tokens.extend(int(t) for t in tokens[lo:hi])
             self.position = start + hi
             if want:
                 outputs.append(logits[-want:])
@@ -58,9 +61,11 @@ class ModelRunner(ABC):
     def rollback(self, position: int) -> None:
         """Keep only the first `position` cached positions."""
         self.position = max(0, min(self.position, position))
+        del self.tokens[self.position :]
 
     def reset(self) -> None:
         self.position = 0
+        self.tokens.clear()
 
     @abstractmethod
     def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> np.ndarray:
