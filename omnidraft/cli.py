@@ -90,6 +90,18 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--max-context", type=_positive_int, default=512, help="target KV cache length")
     exp.add_argument("--max-draft-len", type=_positive_int, default=8, help="largest draft length K")
 
+    sim = sub.add_parser("simulate", help="run a bundle on onnxruntime as the phone app does (chat)")
+    sim.add_argument("--bundle", type=Path, required=True)
+    sim.add_argument("--prompt", help="one prompt instead of the interactive chat")
+    sim.add_argument("--chat", action="store_true", help="with --prompt: apply the chat template")
+    sim.add_argument("--threads", type=_positive_int, help="onnxruntime intra-op threads")
+    sim.add_argument("--report", type=Path, metavar="DIR", help="write report.json and PNG plots here")
+    sim.add_argument("--max-new-tokens", type=_positive_int, default=128)
+    sim.add_argument("--draft-len", type=_positive_int, default=4)
+    sim.add_argument("--temperature", type=_non_negative_float, default=0.0)
+    sim.add_argument("--top-p", type=_probability, default=1.0)
+    sim.add_argument("--seed", type=int, default=0)
+
     sub.add_parser("prepare", help="convert the default models into $OMNIDRAFT_HOME (one time)")
     return parser
 
@@ -103,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_prepare(args)
         if args.command == "export":
             return cmd_export(args)
+        if args.command == "simulate":
+            _quiet_libraries()
+            from .simulator import run
+
+            return run(args)
     except _UsageError as e:
         print(e, file=sys.stderr)
         return EXIT_USAGE

@@ -19,7 +19,7 @@ from .runtime.vocab import Vocab
 
 # Gemma 3's turn format, for Gemma checkpoints whose tokenizer ships no chat template
 # (the GGUF of the base 270M model has none).
-GEMMA_TURNS = "<start_of_turn>user\n{prompt}<end_of_turn>\n<start_of_turn>model\n"
+GEMMA_TURN = "<start_of_turn>{role}\n{content}<end_of_turn>\n"
 
 
 @dataclass
@@ -34,14 +34,22 @@ class Pair:
     def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
         if not text.strip():
             raise OmniDraftError("the prompt is empty")
+        if chat:
+            return self.encode_chat([{"role": "user", "content": text}])
+        return self.target_vocab.tokenizer.encode(text, add_special_tokens=True)
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        """A conversation (roles user/assistant) in the target's chat format, ready for its reply."""
         tok = self.target_vocab.tokenizer
-        if not chat:
-            return tok.encode(text, add_special_tokens=True)
         if getattr(tok, "chat_template", None):
-            rendered = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+            rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             return tok.encode(rendered, add_special_tokens=False)
         if "<start_of_turn>" in tok.get_vocab():
-            return tok.encode(GEMMA_TURNS.format(prompt=text), add_special_tokens=True)
+            turns = "".join(
+                GEMMA_TURN.format(role="model" if m["role"] == "assistant" else "user", content=m["content"])
+                for m in messages
+            )
+            return tok.encode(turns + "<start_of_turn>model\n", add_special_tokens=True)
         raise OmniDraftError(f"target {self.target_name} has no chat template; drop --chat")
 
     def eos_ids(self, chat: bool = False) -> frozenset[int]:

@@ -246,3 +246,34 @@ def test_quantized_graph_top1_agreement(tmp_path, tiny_checkpoints, target_vocab
     agreement = float((got.argmax(-1) == want.argmax(-1)).mean())
     print(f"{fmt} {quant} top-1 agreement with fp32 eager: {agreement:.3f}")
     assert agreement >= 0.5
+
+
+def test_simulator_chat_session_and_report(bundle_dir, tmp_path):
+    """Two chat turns through stdin on onnxruntime, then the JSON report and the plot."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMNIDRAFT_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "omnidraft", "simulate", "--bundle", str(bundle_dir), "--threads", "1",
+         "--max-new-tokens", "8", "--report", str(tmp_path / "rep")],
+        input="Hello there\nAnd again?\n\n", capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("model> ") == 2
+    assert proc.stderr.count("tok/call") == 2 and "RSS" in proc.stderr
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["backend"] == "onnxruntime" and len(report["turns"]) == 2
+    assert report["turns"][1]["prompt_tokens_reused"] > 0  # the second turn reused the first's cache
+    assert report["peak_rss_mb"] >= report["rss_after_load_mb"] > 0
+    assert (tmp_path / "rep" / "simulator.png").stat().st_size > 10_000
+
+
+def test_simulator_refuses_a_damaged_bundle(bundle_dir, tmp_path):
+    bad = damaged_copy(bundle_dir, tmp_path, lambda r: _flip_byte(r / "drafter.onnx"))
+    proc = cli("simulate", "--bundle", str(bad), "--prompt", "hi", home=tmp_path)
+    assert proc.returncode == 1
+    assert [x for x in proc.stderr.splitlines() if x.strip()] == [
+        "omnidraft: error: bundle file drafter.onnx does not match its sha256 (corrupt or replaced); re-export the bundle"
+    ]

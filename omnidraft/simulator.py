@@ -1,0 +1,162 @@
+"""Desktop simulator: run an exported bundle on onnxruntime exactly as the phone app would.
+
+Same bundle, same loop, no torch model in memory. Without --prompt it is an
+interactive multi-turn chat in the terminal: text streams as it is accepted,
+Ctrl-C ends the current turn (the partial reply is kept), an empty line or
+Ctrl-D ends the session. After every turn a statistics line shows tokens/s,
+tokens per target call, acceptance, n-gram cache size and resident memory.
+With --report DIR: report.json plus PNG plots (acceptance and tokens/s over
+time, accepted-length histogram).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+from .atomic import write_bytes_atomic
+from .errors import OmniDraftError
+from .runtime.decoding import GenerationConfig
+from .runtime.sampling import Sampler
+
+
+def rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+class Simulator:
+    def __init__(self, bundle_dir, threads: int | None = None, use_ngram_cache: bool = True):
+        from .pair import build_bundle_pair
+
+        self.pair = build_bundle_pair(bundle_dir, "onnxruntime", threads=threads, use_ngram_cache=use_ngram_cache)
+        self.turns: list[dict] = []
+        self.rss_after_load = rss_mb()
+        self.started = time.perf_counter()
+
+    def reply(self, ids, config: GenerationConfig, out=sys.stdout) -> dict:
+        """Generate one reply, streaming it; Ctrl-C stops it and keeps what was produced."""
+        pieces: list[str] = []
+
+        def stream(piece: str) -> None:
+            pieces.append(piece)
+            out.write(piece)
+            out.flush()
+
+        turn_start = time.perf_counter() - self.started
+        try:
+            result = self.pair.decoder.generate(ids, config, on_text=stream)
+            stats, text, stop = result.stats, result.text, result.stop_reason
+        except KeyboardInterrupt:
+            stats, text, stop = None, "".join(pieces), "interrupted"
+        out.write("\n")
+        turn = {"start_s": turn_start, "text": text, "stop_reason": stop, "prompt_tokens": len(ids),
+                "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+        if stats:
+            turn.update({k: v for k, v in stats.items() if k != "accepted_length_histogram"})
+            turn["accepted_length_histogram"] = stats["accepted_length_histogram"]
+        self.turns.append(turn)
+        self.pair.save_cache()
+        return turn
+
+    def status_line(self, turn: dict) -> str:
+        if "tokens_per_s" not in turn:
+            return f"[turn interrupted | RSS {turn['rss_mb']:.0f} MB]"
+        cache = self.pair.decoder.ngram_cache
+        return (
+            f"[{turn['tokens_per_s']:.1f} tok/s | {turn['tokens_per_target_call']:.2f} tok/call | "
+            f"acceptance {turn['acceptance_rate']:.2f} | n-gram cache {len(cache) if cache else 0} | "
+            f"RSS {turn['rss_mb']:.0f} MB (peak {turn['peak_rss_mb']:.0f})]"
+        )
+
+    def report(self, out_dir: Path) -> Path:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        summary = {
+            "bundle": str(self.pair.bundle.root),
+            "target": self.pair.target_name,
+            "drafter": self.pair.drafter_name,
+            "backend": "onnxruntime",
+            "rss_after_load_mb": self.rss_after_load,
+            "rss_steady_mb": rss_mb(),
+            "peak_rss_mb": peak_rss_mb(),
+            "turns": self.turns,
+        }
+        write_bytes_atomic(out_dir / "report.json", json.dumps(summary, indent=1, ensure_ascii=False).encode())
+        _plots(self.turns, out_dir)
+        return out_dir
+
+
+def _plots(turns: list[dict], out_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t, acc, tps, lengths = [], [], [], []
+    for turn in turns:
+        prev = 0.0
+        for sec, proposed, accepted in turn.get("rounds", []):
+            t.append(turn["start_s"] + sec)
+            acc.append(accepted / proposed if proposed else float("nan"))
+            tps.append((accepted + 1) / max(sec - prev, 1e-6))
+            lengths.append(accepted)
+            prev = sec
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    axes[0].plot(t, acc, ".", alpha=0.4)
+    axes[0].set(title="acceptance per round", xlabel="session time (s)", ylabel="accepted / proposed", ylim=(-0.05, 1.05))
+    axes[1].plot(t, tps, ".", alpha=0.4)
+    axes[1].set(title="tokens/s per round", xlabel="session time (s)", ylabel="tokens/s")
+    axes[2].hist(lengths, bins=range(0, max(lengths, default=0) + 2), align="left", rwidth=0.8)
+    axes[2].set(title="accepted length per round", xlabel="accepted proposals", ylabel="rounds")
+    fig.tight_layout()
+    fig.savefig(out_dir / "simulator.png", dpi=90)
+    plt.close(fig)
+
+
+def run(args) -> int:
+    sim = Simulator(args.bundle, threads=args.threads)
+    sim.pair.bundle.check_draft_len(args.draft_len)
+    chat = args.chat or args.prompt is None
+
+    def config():
+        return GenerationConfig(
+            max_new_tokens=args.max_new_tokens, draft_len=args.draft_len,
+            sampler=Sampler(args.temperature, args.top_p), seed=args.seed, eos_ids=sim.pair.eos_ids(chat),
+        )
+
+    print(f"[simulator] {sim.pair.drafter_name} -> {sim.pair.target_name} on onnxruntime, "
+          f"threads {args.threads or 'default'}, RSS {sim.rss_after_load:.0f} MB after load", file=sys.stderr)
+    if args.prompt is not None:
+        ids = sim.pair.encode_prompt(args.prompt, chat=args.chat)
+        print(sim.status_line(sim.reply(ids, config())), file=sys.stderr)
+    else:
+        messages: list[dict] = []
+        print("[simulator] chat: type a message; an empty line or Ctrl-D ends, Ctrl-C stops a reply", file=sys.stderr)
+        while True:
+            try:
+                line = input("you> ")
+            except (EOFError, KeyboardInterrupt):
+                print(file=sys.stderr)
+                break
+            if not line.strip():
+                break
+            messages.append({"role": "user", "content": line})
+            ids = sim.pair.encode_chat(messages)
+            if len(ids) >= sim.pair.decoder.target.max_context:
+                raise OmniDraftError("the conversation no longer fits the bundle's context window; start a new session")
+            sys.stdout.write("model> ")
+            turn = sim.reply(ids, config())
+            messages.append({"role": "assistant", "content": turn["text"]})
+            print(sim.status_line(turn), file=sys.stderr)
+    if args.report:
+        print(f"[simulator] report written to {sim.report(args.report)}", file=sys.stderr)
+    return 0
