@@ -9,7 +9,7 @@ PROMPT ?= Once upon a time, in a small village by the sea,
 
 BUNDLES := $(or $(OMNIDRAFT_HOME),$(HOME)/.cache/omnidraft)/bundles
 
-.PHONY: install prepare demo test test-fast test-bundles bundles bench bench-backends clean
+.PHONY: install prepare demo test test-fast test-bundles bundles bench bench-backends bench-peers clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,9 @@ test-bundles: bundles
 bench-backends: bundles
 	$(BIN)/python benchmarks/backends.py --out benchmarks/results/backends \
 		--bundle $(BUNDLES)/et-fp32 --bundle $(BUNDLES)/et-8da4w --bundle $(BUNDLES)/onnx-fp32 --bundle $(BUNDLES)/onnx-int8
+
+bench-peers: prepare
+	$(BIN)/python benchmarks/peers.py --out benchmarks/results/peers
 
 bench: prepare
 	$(BIN)/python benchmarks/core_pair.py --out benchmarks/results/core_pair

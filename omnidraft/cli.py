@@ -102,6 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--top-p", type=_probability, default=1.0)
     sim.add_argument("--seed", type=int, default=0)
 
+    md = sub.add_parser("make-drafter", help="distil a small, fast drafter from a larger one")
+    md.add_argument("--from", dest="source", help="teacher checkpoint (default: SmolLM2-135M-Instruct)")
+    md.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
+    md.add_argument("--layers", type=_positive_int, default=4, help="transformer layers to keep")
+    md.add_argument("--corpus", default="code,prose,chat", help="comma-separated domains")
+    md.add_argument("--tokens", type=_positive_int, default=400_000, help="training tokens")
+    md.add_argument("--seq-len", type=_positive_int, default=128)
+    md.add_argument("--batch", type=_positive_int, default=8)
+    md.add_argument("--lr", type=_non_negative_float, default=1e-3)
+    md.add_argument("--seed", type=int, default=0)
+    md.add_argument("--checkpoint-every", type=_positive_int, default=50, help="steps between resumable checkpoints")
+    md.add_argument("--restart", action="store_true", help="discard an existing checkpoint instead of resuming")
+
     sub.add_parser("prepare", help="convert the default models into $OMNIDRAFT_HOME (one time)")
     return parser
 
@@ -115,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_prepare(args)
         if args.command == "export":
             return cmd_export(args)
+        if args.command == "make-drafter":
+            return cmd_make_drafter(args)
         if args.command == "simulate":
             _quiet_libraries()
             from .simulator import run
@@ -193,6 +208,22 @@ def cmd_export(args) -> int:
         max_context=args.max_context, max_draft_len=args.max_draft_len,
     )
     print(args.out)
+    return 0
+
+
+def cmd_make_drafter(args) -> int:
+    _quiet_libraries()
+    from . import corpora
+    from .distill import DistillConfig, distill
+    from .models import DEFAULT_DRAFTER, resolve_model_path
+
+    domains = tuple(d.strip() for d in args.corpus.split(",") if d.strip())
+    unknown = [d for d in domains if d not in corpora.DOMAINS]
+    if unknown or not domains:
+        raise OmniDraftError(f"unknown corpus {','.join(unknown) or args.corpus!r}; choose from {','.join(corpora.DOMAINS)}")
+    config = DistillConfig(layers=args.layers, tokens=args.tokens, seq_len=args.seq_len, batch=args.batch, lr=args.lr,
+                           seed=args.seed, checkpoint_every=args.checkpoint_every, domains=domains)
+    distill(resolve_model_path(args.source, DEFAULT_DRAFTER), args.out, config, restart=args.restart)
     return 0
 
 

@@ -1,0 +1,198 @@
+"""`omnidraft make-drafter`: a small, fast drafter distilled from a larger one.
+
+Speculation pays only when a drafter step costs a small fraction c of a target
+step. The student keeps the teacher's tokenizer, embeddings and output head
+(frozen: they carry the vocabulary the bridge was built for) and an evenly spaced
+subset of its transformer layers, then learns to match the teacher's next-token
+distribution, KL(teacher || student), on offline text (code, prose, chat; the
+"adapt" split, so evaluation prompts stay unseen).
+
+Runs on a CPU with progress, a fixed seed and resumable checkpoints (written
+atomically every --checkpoint-every steps); under `torchrun` it trains
+data-parallel (DDP, gloo). The result is a normal Hugging Face checkpoint folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from . import corpora
+from .atomic import atomic_directory, write_bytes_atomic
+from .errors import OmniDraftError
+from .progress import log
+
+
+@dataclass
+class DistillConfig:
+    layers: int = 4
+    tokens: int = 400_000
+    seq_len: int = 128
+    batch: int = 8
+    lr: float = 1e-3
+    seed: int = 0
+    checkpoint_every: int = 50
+    domains: tuple[str, ...] = corpora.DOMAINS
+
+    @property
+    def steps(self) -> int:
+        return max(1, self.tokens // (self.seq_len * self.batch))
+
+
+def kept_layers(total: int, keep: int) -> list[int]:
+    """Evenly spaced layer indices, always the first and the last."""
+    if not 1 <= keep <= total:
+        raise OmniDraftError(f"--layers must be between 1 and {total}")
+    if keep == 1:
+        return [total - 1]
+    return sorted({round(i * (total - 1) / (keep - 1)) for i in range(keep)})
+
+
+def make_student(teacher, keep: int):
+    """The teacher with only `keep` of its layers (copied), embeddings and head frozen."""
+    from transformers import AutoModelForCausalLM
+
+    config = teacher.config.__class__.from_dict(teacher.config.to_dict())
+    layers = kept_layers(config.num_hidden_layers, keep)
+    config.num_hidden_layers = len(layers)
+    if getattr(config, "layer_types", None):
+        config.layer_types = [config.layer_types[i] for i in layers]
+    student = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    state = {}
+    for name, tensor in teacher.state_dict().items():
+        if ".layers." in name:
+            prefix, rest = name.split(".layers.", 1)
+            idx, tail = rest.split(".", 1)
+            if int(idx) not in layers:
+                continue
+            name = f"{prefix}.layers.{layers.index(int(idx))}.{tail}"
+        state[name] = tensor.clone()
+    student.load_state_dict(state, strict=False)
+    student.tie_weights()
+    student.get_input_embeddings().weight.requires_grad_(False)
+    student.get_output_embeddings().weight.requires_grad_(False)
+    return student, layers
+
+
+def training_windows(tokenizer, config: DistillConfig, world: int = 1) -> torch.Tensor:
+    """[n_windows, seq_len] token windows from the adapt split, shuffled with the seed."""
+    need = config.steps * config.batch * world + config.batch
+    texts: list[str] = []
+    per_domain = need // len(config.domains) + 8  # a text gives about one window
+    for domain in config.domains:
+        texts += corpora.prompts(domain, per_domain, seed=config.seed, split="adapt", max_chars=2400)
+    random.Random(config.seed).shuffle(texts)
+    stream: list[int] = []
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    for text in texts:
+        stream += tokenizer.encode(text, add_special_tokens=False) + [eos]
+        if len(stream) >= need * config.seq_len:
+            break
+    n = len(stream) // config.seq_len
+    if n < config.batch:
+        raise OmniDraftError("not enough training text for one batch")
+    windows = torch.tensor(stream[: n * config.seq_len]).view(n, config.seq_len)
+    return windows[torch.randperm(n, generator=torch.Generator().manual_seed(config.seed))]
+
+
+def kl_loss(student_logits, teacher_logits) -> torch.Tensor:
+    """KL(teacher || student), mean over positions."""
+    t = F.log_softmax(teacher_logits.float(), dim=-1)
+    s = F.log_softmax(student_logits.float(), dim=-1)
+    return F.kl_div(s.flatten(0, -2), t.flatten(0, -2), log_target=True, reduction="batchmean")
+
+
+def distill(teacher_path: Path, out: Path, config: DistillConfig, restart: bool = False) -> Path:
+    from .models import load_model, load_tokenizer
+
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    ddp = world > 1
+    if ddp:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+    torch.manual_seed(config.seed)
+    tokenizer = load_tokenizer(teacher_path)
+    teacher = load_model(teacher_path)
+    student, layers = make_student(teacher, config.layers)
+    params = [p for p in student.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    warmup = max(1, min(20, config.steps // 10))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) * max(0.1, 1 - s / config.steps))
+    ckpt = Path(str(out) + ".ckpt")
+    start_step, history = 0, []
+    if restart and rank == 0 and (ckpt / "state.pt").exists():
+        (ckpt / "state.pt").unlink()
+    if (ckpt / "state.pt").exists():
+        state = torch.load(ckpt / "state.pt", weights_only=False)
+        if state["config"] != asdict(config) or state["teacher"] != str(teacher_path):
+            raise OmniDraftError(f"checkpoint {ckpt} was made with other settings; pass --restart to discard it")
+        student.load_state_dict(state["student"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        start_step, history = state["step"], state["history"]
+        if rank == 0:
+            log(f"[omnidraft] resuming distillation at step {start_step}/{config.steps}")
+    model = student
+    if ddp:
+        model = torch.nn.parallel.DistributedDataParallel(student)
+    windows = training_windows(tokenizer, config, world)
+    if rank == 0:
+        log(f"[omnidraft] distilling {teacher_path.name} -> {len(layers)} layers {layers}: {config.steps} steps of "
+            f"{config.batch}x{config.seq_len} tokens, {world} process(es), {torch.get_num_threads()} threads")
+    started = time.perf_counter()
+    student.train()
+    for step in range(start_step, config.steps):
+        lo = (step * world + rank) * config.batch % (len(windows) - config.batch + 1)
+        batch = windows[lo : lo + config.batch]
+        with torch.no_grad():
+            target = teacher(input_ids=batch).logits
+        loss = kl_loss(model(input_ids=batch).logits, target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        history.append(loss.item())
+        done = step + 1
+        if rank == 0 and (done % 10 == 0 or done == config.steps):
+            rate = (done - start_step) * config.batch * config.seq_len * world / (time.perf_counter() - started)
+            eta = (config.steps - done) * config.batch * config.seq_len * world / rate
+            log(f"[omnidraft] step {done}/{config.steps} KL {sum(history[-10:]) / len(history[-10:]):.3f} "
+                f"({rate:.0f} tokens/s, eta {eta / 60:.1f} min)")
+        if rank == 0 and (done % config.checkpoint_every == 0 or done == config.steps):
+            buf = _state_bytes(student, optimizer, schedule, done, history, config, teacher_path)
+            write_bytes_atomic(ckpt / "state.pt", buf)
+    if rank == 0:
+        student.eval()
+        with atomic_directory(out) as tmp:
+            student.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "omnidraft-drafter.json").write_text(json.dumps({
+                "teacher": str(teacher_path), "layers_kept": layers, "config": asdict(config),
+                "final_kl": sum(history[-10:]) / max(1, len(history[-10:])), "kl_history": history,
+            }, indent=1))
+        log(f"[omnidraft] drafter written to {out}")
+    if ddp:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    return out
+
+
+def _state_bytes(student, optimizer, schedule, step, history, config, teacher_path) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    torch.save({"student": student.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+                "step": step, "history": history, "config": asdict(config), "teacher": str(teacher_path)}, buf)
+    return buf.getvalue()
