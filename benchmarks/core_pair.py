@@ -33,13 +33,14 @@ def main() -> int:
     ap.add_argument("--draft-len", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    pair = build_eager_pair(use_ngram_cache=False)
+    pair = build_eager_pair(drafter=args.drafter, use_ngram_cache=False)
     dec = pair.decoder
     dec.ngram_cache = NGramCache(dec.bridge.pair_id)  # fresh: learns during this run only
     rows, per_prompt = [], []
@@ -91,7 +92,10 @@ def main() -> int:
             "speedup": spec_tps / base_tps,
             "outputs_differing": int(agg["mismatch"]),
         })
+    prefix = pair.encode_prompt(corpora.prompts("prose", 1, seed=9)[0])[:64]
+    c = step_ms(dec.drafter, dec.draft_prompt(prefix)[:64]) / step_ms(dec.target, prefix)
     result = {
+        "cost_ratio_c": c,
         "command": " ".join(["benchmarks/core_pair.py", *sys.argv[1:]]),
         "target": pair.target_name,
         "drafter": pair.drafter_name,
@@ -116,12 +120,28 @@ def main() -> int:
     return 0
 
 
+def step_ms(runner, prefix, reps: int = 15) -> float:
+    """Median time of a one-token step after a prefix (rolled back each time)."""
+    import statistics
+
+    runner.reset()
+    runner.forward(prefix, 0)
+    times = []
+    for _ in range(reps):
+        runner.rollback(len(prefix))
+        t = time.perf_counter()
+        runner.forward(prefix[:1], len(prefix))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
 def render_table(r: dict) -> str:
     lines = [
         f"Default pair {r['drafter']} -> {r['target']}, {r['backend']} fp32, greedy, {r['max_new_tokens']} new tokens, "
         f"draft length {r['draft_len']}, {r['threads']} threads, {r['date']}. Vocabulary intersection "
         f"{r['vocab_intersection']:,} of the drafter's {r['drafter_vocab']:,} tokens; n-gram cache "
-        f"{r['ngram_cache_size_at_end']:,} entries at the end of the run.",
+        f"{r['ngram_cache_size_at_end']:,} entries at the end of the run. Measured cost ratio "
+        f"c = drafter step / target step = {r.get('cost_ratio_c', float('nan')):.2f}.",
         "",
         "| domain | prompts | tokens / target call | acceptance | n-gram hits (accepted) | speculative tok/s | target-only tok/s | speedup | outputs differing |",
         "|---|---|---|---|---|---|---|---|---|",

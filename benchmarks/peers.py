@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,9 @@ from omnidraft.pair import build_eager_pair
 from omnidraft.runtime.decoding import GenerationConfig
 from omnidraft.runtime.ngram_cache import NGramCache
 
+sys.path.insert(0, str(Path(__file__).parent))
+from core_pair import step_ms  # noqa: E402
+
 METHODS = ["target-only (ours)", "HF generate", "HF assisted", "OmniDraft eager", "OmniDraft eager, no n-gram cache"]
 
 
@@ -38,18 +40,6 @@ def ceiling(alpha: float, k: int, c: float) -> float:
     if alpha >= 1:
         return (k + 1) / (k * c + 1)
     return (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
-
-
-def step_ms(runner, prefix, reps=10) -> float:
-    runner.reset()
-    runner.forward(prefix, 0)
-    times = []
-    for _ in range(reps):
-        runner.rollback(len(prefix))
-        t = time.perf_counter()
-        runner.forward(prefix[:1], len(prefix))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
 
 
 def main() -> int:

@@ -246,6 +246,11 @@ def test_quantized_graph_top1_agreement(tmp_path, tiny_checkpoints, target_vocab
     agreement = float((got.argmax(-1) == want.argmax(-1)).mean())
     print(f"{fmt} {quant} top-1 agreement with fp32 eager: {agreement:.3f}")
     assert agreement >= 0.5
+    # Greedy exactness on a quantized backend needs each position's logits to be
+    # independent of the other tokens in the call (no per-tensor activation scales).
+    runner.reset()
+    one_by_one = np.concatenate([runner.forward(ids[i:i + 1], i, 1) for i in range(16)])
+    assert_close(got[:16], one_by_one)
 
 
 def test_simulator_chat_session_and_report(bundle_dir, tmp_path):

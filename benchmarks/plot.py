@@ -1,0 +1,55 @@
+"""Plots for the README from the benchmark results folders (no measuring here).
+
+    .venv/bin/python benchmarks/plot.py   # reads benchmarks/results/*/results.json, writes benchmarks/results/*.png
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def load(name: str) -> dict | None:
+    path = RESULTS / name / "results.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def main() -> None:
+    backends, peers = load("backends"), load("peers")
+    cores = {name: load(name) for name in ("core_pair", "core_pair_4l")}
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
+    if backends:
+        rows = backends["rows"]
+        names = [r["config"] for r in rows]
+        x = range(len(rows))
+        axes[0].bar([i - 0.2 for i in x], [r["target_only_tokens_per_s"] for r in rows], 0.4, label="target-only")
+        axes[0].bar([i + 0.2 for i in x], [r["spec_tokens_per_s"] for r in rows], 0.4, label="speculative")
+        axes[0].set_xticks(list(x), names, rotation=20, ha="right")
+        axes[0].set(title=f"backends ({backends['threads']} threads, greedy)", ylabel="tokens/s")
+        axes[0].legend()
+    if peers:
+        rows = peers["rows"]
+        axes[1].barh([r["method"] for r in rows], [r["speedup"] for r in rows], color="tab:green")
+        axes[1].axvline(1.0, color="black", lw=0.8)
+        axes[1].set(title="vs target-only, eager fp32", xlabel="speedup (x)")
+    for label, res in cores.items():
+        if res:
+            domains = [r["domain"] for r in res["rows"]]
+            axes[2].plot(domains, [r["tokens_per_target_call"] for r in res["rows"]], "o-",
+                         label=f"{res['drafter']} (c={res.get('cost_ratio_c', float('nan')):.2f})")
+    axes[2].set(title="tokens per target call (k=4)", ylabel="tokens / target call", ylim=(0.8, None))
+    axes[2].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "summary.png", dpi=90)
+    print(RESULTS / "summary.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The reference on-device loop: runners, vocabulary bridge, n-gram cache, verification."""

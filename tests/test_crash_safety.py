@@ -1,0 +1,94 @@
+"""Crash safety: a process killed with SIGKILL while saving leaves the old or the new file, never a torn one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from omnidraft.runtime.ngram_cache import NGramCache
+
+SAVER = r"""
+import sys
+from omnidraft.runtime.ngram_cache import NGramCache
+path, = sys.argv[1:]
+version = 0
+while True:
+    version += 1
+    cache = NGramCache("pair", max_entries=100_000)
+    for i in range(20_000):  # about 0.5 MB per save
+        cache.add(version, [i, i + 1, version % 97 + 2])
+    cache.save(path)
+    print(version, flush=True)
+"""
+
+
+@pytest.mark.parametrize("trials", [int(os.environ.get("OMNIDRAFT_CRASH_TRIALS", "8"))])
+def test_sigkill_while_saving_never_corrupts(tmp_path, trials):
+    path = tmp_path / "cache.json"
+    rng = np.random.default_rng(0)
+    for trial in range(trials):
+        proc = subprocess.Popen([sys.executable, "-c", SAVER, str(path)], stdout=subprocess.PIPE, text=True)
+        time.sleep(float(rng.uniform(0.3, 1.5)))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if not path.exists():
+            continue
+        loaded = NGramCache.load(path, "pair")  # raises on a torn file
+        versions = {t for _, t, _ in loaded.items()}
+        assert len(versions) == 1 and len(loaded) == 20_000
+    assert path.exists()
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "cache.json"]
+    # a kill between create and rename can leave a temp file behind; it is never the real name
+    assert all(name.startswith(".cache.json.") and name.endswith(".tmp") for name in leftovers)
+
+
+def test_unwritable_state_folder_still_generates(tmp_path, monkeypatch, tiny_target, tiny_drafter, target_vocab,
+                                                 draft_vocab):
+    """State folder that cannot be created or written: one warning, generation unaffected."""
+    from omnidraft.pair import Pair
+    from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
+
+    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    dec.ngram_cache = NGramCache(dec.bridge.pair_id)
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state folder should be")  # fails even for root
+    pair = Pair(dec, "t", "d", dec.target_vocab, blocker / "ngram" / "cache.json")
+    result = dec.generate(target_vocab.tokenizer.encode("Hello"), GenerationConfig(max_new_tokens=5))
+    assert len(result.token_ids) == 5
+    messages = []
+    monkeypatch.setattr("omnidraft.pair.log", messages.append)
+    pair.save_cache()
+    assert len(messages) == 1 and "could not save the n-gram cache" in messages[0]
+
+
+def test_full_disk_save_warns_and_keeps_old_file(tmp_path, monkeypatch):
+    """ENOSPC while saving: the old file stays intact and the user is told in one line."""
+    import omnidraft.atomic as atomic
+    from omnidraft.pair import Pair
+
+    path = tmp_path / "cache.json"
+    cache = NGramCache("pair")
+    cache.add(1, [1, 2])
+    cache.save(path)
+    before = path.read_bytes()
+    cache.add(2, [3, 4])
+
+    def no_space(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", no_space)
+    messages = []
+    monkeypatch.setattr("omnidraft.pair.log", messages.append)
+
+    class _Decoder:  # Pair.save_cache only reads .ngram_cache
+        ngram_cache = cache
+
+    Pair(_Decoder(), "t", "d", None, path).save_cache()
+    assert path.read_bytes() == before
+    assert len(messages) == 1 and "No space left on device" in messages[0]
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.json"]
