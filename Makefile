@@ -40,13 +40,15 @@ bundles: prepare
 	test -f $(BUNDLES)/onnx-int8/bundle.json || $(BIN)/omnidraft export --format onnx --quant int8 --out $(BUNDLES)/onnx-int8
 	test -f $(BUNDLES)/et-fp32/bundle.json || $(BIN)/omnidraft export --format executorch --out $(BUNDLES)/et-fp32
 	test -f $(BUNDLES)/et-8da4w/bundle.json || $(BIN)/omnidraft export --format executorch --quant 8da4w --out $(BUNDLES)/et-8da4w
+	test -f $(BUNDLES)/et-8da8w/bundle.json || $(BIN)/omnidraft export --format executorch --quant 8da8w --out $(BUNDLES)/et-8da8w
 
 test-bundles: bundles
 	$(BIN)/python -m pytest -q tests -m bundles
 
 bench-backends: bundles
 	$(BIN)/python benchmarks/backends.py --out benchmarks/results/backends \
-		--bundle $(BUNDLES)/et-fp32 --bundle $(BUNDLES)/et-8da4w --bundle $(BUNDLES)/onnx-fp32 --bundle $(BUNDLES)/onnx-int8
+		--bundle $(BUNDLES)/et-fp32 --bundle $(BUNDLES)/et-8da4w --bundle $(BUNDLES)/et-8da8w \
+		--bundle $(BUNDLES)/onnx-fp32 --bundle $(BUNDLES)/onnx-int8
 
 bench-peers: prepare
 	$(BIN)/python benchmarks/peers.py --out benchmarks/results/peers

@@ -16,7 +16,7 @@ bundle.json, version 1:
     created           ISO date
     max_context       target KV cache length (the drafter's is in its own entry)
     max_draft_len     K: verification graphs take 1..K+1 tokens
-    quant             "none" | "8da4w" (ExecuTorch) | "int8" (ONNX)
+    quant             "none" | "8da4w" | "8da8w" (ExecuTorch) | "int8" (ONNX)
     pair_id           drafter and target vocabulary fingerprints
     versions          {omnidraft, torch, transformers, executorch, onnx, onnxruntime}
     models.target / models.drafter:

@@ -85,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
     exp.add_argument("--out", type=Path, required=True, help="bundle folder to write")
     exp.add_argument("--format", choices=("executorch", "onnx", "both"), default="executorch")
-    exp.add_argument("--quant", choices=("none", "8da4w", "int8"), default="none",
-                     help="8da4w: ExecuTorch int4 weights/int8 activations; int8: ONNX dynamic int8")
+    exp.add_argument("--quant", choices=("none", "8da4w", "8da8w", "int8"), default="none",
+                     help="ExecuTorch: 8da4w (int4 weights) or 8da8w (int8 weights), dynamic int8 activations; "
+                          "ONNX: int8 (int8 weights)")
     exp.add_argument("--max-context", type=_positive_int, default=512, help="target KV cache length")
     exp.add_argument("--max-draft-len", type=_positive_int, default=8, help="largest draft length K")
 

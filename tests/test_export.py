@@ -212,7 +212,7 @@ def test_cli_bundle_errors(bundle_dir, tmp_path, args, needle):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("fmt, quant", [("onnx", "int8"), ("executorch", "8da4w")])
+@pytest.mark.parametrize("fmt, quant", [("onnx", "int8"), ("executorch", "8da4w"), ("executorch", "8da8w")])
 def test_quantized_graph_top1_agreement(tmp_path, tiny_checkpoints, target_vocab, fmt, quant):
     """Top-1 agreement of a quantized tiny target with fp32 eager on real text.
 

@@ -22,7 +22,7 @@ from ..progress import log, stage
 from ..runtime.bridge import VocabBridge
 from ..runtime.vocab import Vocab
 
-QUANTS = {"onnx": ("none", "int8"), "executorch": ("none", "8da4w")}
+QUANTS = {"onnx": ("none", "int8"), "executorch": ("none", "8da4w", "8da8w")}
 
 
 def _versions() -> dict:

@@ -2,8 +2,9 @@
 
 One method, `forward(input_ids [1, n], position_ids [1, n]) -> logits [1, n, vocab]`,
 1 <= n <= max_tokens; the static KV cache is a mutable buffer inside the program
-and persists across calls. `8da4w` quantizes linear weights to int4 (groups of 32)
-with dynamic int8 activations through torchao before lowering.
+and persists across calls. `8da4w` quantizes linear weights to int4 (groups of 32),
+`8da8w` to int8 (per channel), both with dynamic per-token int8 activations,
+through torchao before lowering.
 """
 
 from __future__ import annotations
@@ -17,12 +18,23 @@ from ..progress import stage
 from .kv_wrapper import BufferKVModel, kv_shape
 
 
-def quantize_8da4w(model, group_size: int = 32) -> None:
+def quantize_linears(model, quant: str, group_size: int = 32) -> None:
+    """Dynamic per-token int8 activations with int4 (groups of 32) or int8 (per channel) weights.
+
+    Per-token activation scales keep each position independent of the others in
+    a call, so verifying k tokens at once equals decoding them one by one.
+    Gemma-3-270M (itself converted from a Q4_K_M GGUF) loses top-1 agreement
+    under int4 weights; int8 weights keep it (see README).
+    """
     from torchao.quantization import quantize_
-    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 
-    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size)))
+    if quant == "8da4w":
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size))
+    else:
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    quantize_(model, config)
 
 
 def export_executorch(model, path: Path, max_context: int, max_tokens: int, quant: str = "none") -> dict:
@@ -31,9 +43,9 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
 
     path = Path(path)
     model.config._attn_implementation = "sdpa"
-    if quant == "8da4w":
-        with stage(f"executorch: 8da4w quantization for {path.name}"):
-            quantize_8da4w(model)
+    if quant in ("8da4w", "8da8w"):
+        with stage(f"executorch: {quant} quantization for {path.name}"):
+            quantize_linears(model, quant)
     elif quant != "none":
         raise ValueError(f"unknown ExecuTorch quantization {quant!r}")
     wrapper = BufferKVModel(model.eval(), max_context).eval()
