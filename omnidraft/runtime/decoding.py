@@ -141,7 +141,7 @@ class SpeculativeDecoder:
 
             # draft -> bridge
             proposal, draft_ids, draft_probs = None, [], []
-            if speculative and max_props > 0:
+            if speculative and max_props > 0 and draft_seq:
                 k = min(config.draft_len, drafter.max_context - len(draft_seq) + 1, max_props)
                 if k > 0:
                     draft_ids, draft_q, draft_probs = self._draft(draft_seq, k, sampler, rng, counters)
@@ -190,6 +190,8 @@ class SpeculativeDecoder:
     def _draft(self, draft_seq, k, sampler, rng, counters):
         """Sample up to k draft tokens; stop early at a token no target token can follow."""
         drafter = self.drafter
+        if drafter.position >= len(draft_seq):  # nothing new to feed (the last text was unspellable)
+            drafter.rollback(len(draft_seq) - 1)
         logits = drafter.forward(draft_seq[drafter.position :], drafter.position)[-1]
         counters.drafter_calls += 1
         ids, qs, dists = [], [], []
