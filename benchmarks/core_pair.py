@@ -10,7 +10,6 @@ their ratio is measured side by side. Writes results.json and table.md to --out.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -19,10 +18,12 @@ from pathlib import Path
 import torch
 
 from omnidraft import corpora
-from omnidraft.atomic import write_bytes_atomic
 from omnidraft.pair import build_eager_pair
 from omnidraft.runtime.decoding import GenerationConfig
 from omnidraft.runtime.ngram_cache import NGramCache
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import save_results, step_ms  # noqa: E402
 
 
 def main() -> int:
@@ -113,26 +114,8 @@ def main() -> int:
         "rows": rows,
         "per_prompt": per_prompt,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(args.out / "results.json", json.dumps(result, indent=1, ensure_ascii=False).encode())
-    write_bytes_atomic(args.out / "table.md", render_table(result).encode())
-    print(render_table(result))
+    save_results(args.out, result, render_table)
     return 0
-
-
-def step_ms(runner, prefix, reps: int = 15) -> float:
-    """Median time of a one-token step after a prefix (rolled back each time)."""
-    import statistics
-
-    runner.reset()
-    runner.forward(prefix, 0)
-    times = []
-    for _ in range(reps):
-        runner.rollback(len(prefix))
-        t = time.perf_counter()
-        runner.forward(prefix[:1], len(prefix))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
 
 
 def render_table(r: dict) -> str:

@@ -17,7 +17,6 @@ and cost ratio c: (1 - a^(k+1)) / ((1 - a)(k c + 1)).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -25,13 +24,12 @@ from pathlib import Path
 import torch
 
 from omnidraft import corpora
-from omnidraft.atomic import write_bytes_atomic
 from omnidraft.pair import build_eager_pair
 from omnidraft.runtime.decoding import GenerationConfig
 from omnidraft.runtime.ngram_cache import NGramCache
 
 sys.path.insert(0, str(Path(__file__).parent))
-from core_pair import step_ms  # noqa: E402
+from common import save_results, step_ms  # noqa: E402
 
 METHODS = ["target-only (ours)", "HF generate", "HF assisted", "OmniDraft eager", "OmniDraft eager, no n-gram cache"]
 
@@ -116,11 +114,7 @@ def main() -> int:
     result = {"command": " ".join(["benchmarks/peers.py", *sys.argv[1:]]), "threads": args.threads, "cost_ratio_c": c,
               "draft_len": args.draft_len, "max_new_tokens": args.max_new_tokens, "prompts": len(prompts),
               "date": time.strftime("%Y-%m-%d"), "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(args.out / "results.json", json.dumps(result, indent=1).encode())
-    table = render(result)
-    write_bytes_atomic(args.out / "table.md", table.encode())
-    print(table)
+    save_results(args.out, result, render)
     return 0
 
 

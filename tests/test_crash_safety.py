@@ -1,6 +1,5 @@
 """Crash safety: a process killed with SIGKILL while saving leaves the old or the new file, never a torn one."""
 
-import json
 import os
 import signal
 import subprocess

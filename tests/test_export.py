@@ -222,7 +222,6 @@ def test_quantized_graph_top1_agreement(tmp_path, tiny_checkpoints, target_vocab
     by benchmarks/backends.py and reported in the README.
     """
     from omnidraft.models import load_model
-    from omnidraft.pair import open_runner  # noqa: F401 - same construction path as bundles
 
     ids = target_vocab.tokenizer.encode(
         "ROMEO. But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
