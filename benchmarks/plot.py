@@ -42,8 +42,8 @@ def main() -> None:
     for label, res in cores.items():
         if res:
             domains = [r["domain"] for r in res["rows"]]
-            axes[2].plot(domains, [r["tokens_per_target_call"] for r in res["rows"]], "o-",
-                         label=f"{res['drafter']} (c={res.get('cost_ratio_c', float('nan')):.2f})")
+            c = f" (c={res['cost_ratio_c']:.2f})" if "cost_ratio_c" in res else ""
+            axes[2].plot(domains, [r["tokens_per_target_call"] for r in res["rows"]], "o-", label=res["drafter"] + c)
     axes[2].set(title="tokens per target call (k=4)", ylabel="tokens / target call", ylim=(0.8, None))
     axes[2].legend(fontsize=8)
     fig.tight_layout()
