@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _quiet_libraries() -> None:
+def _quiet_libraries(progress_bars: bool = False) -> None:
     """Library chatter (deprecations, optional kernels not found) is not for users."""
     import logging
     import warnings
@@ -171,7 +171,8 @@ def _quiet_libraries() -> None:
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+    if not progress_bars:
+        transformers.utils.logging.disable_progress_bar()
 
 
 def read_prompt(args) -> str:
@@ -191,6 +192,7 @@ def read_prompt(args) -> str:
 
 
 def cmd_prepare(args) -> int:
+    _quiet_libraries(progress_bars=True)  # GGUF conversion shows its own progress
     from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, prepare_default_model
 
     for model in (DEFAULT_TARGET, DEFAULT_DRAFTER):
