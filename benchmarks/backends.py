@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,22 +25,11 @@ import numpy as np
 import torch
 
 from omnidraft import corpora
-from omnidraft.atomic import write_bytes_atomic
 from omnidraft.pair import build_bundle_pair, build_eager_pair
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 
-
-def latency_ms(runner, k: int, reps: int, prefix) -> float:
-    runner.reset()
-    runner.forward(prefix, 0)
-    times = []
-    for _ in range(reps):
-        runner.rollback(len(prefix))
-        tokens = prefix[:k]
-        t = time.perf_counter()
-        runner.forward(tokens, len(prefix), k)
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
+sys.path.insert(0, str(Path(__file__).parent))
+from common import save_results, step_ms  # noqa: E402
 
 
 def teacher_forced_logits(runner, ids, chunk=8):
@@ -90,9 +78,9 @@ def main() -> int:
             sample = corpora.prompts("prose", 1, seed=5)[0] + corpora.prompts("code", 1, seed=5)[0]
             text_ids = pair.encode_prompt(sample)[:96]
         prefix = text_ids[:64]
-        lat = {k: latency_ms(dec.target, k, args.reps, prefix) for k in (1, 4, 8)}
+        lat = {k: step_ms(dec.target, prefix, k, args.reps) for k in (1, 4, 8)}
         draft_prefix = pair.decoder.draft_prompt(prefix)[:64]
-        lat_d = latency_ms(dec.drafter, 1, args.reps, draft_prefix)
+        lat_d = step_ms(dec.drafter, draft_prefix, 1, args.reps)
         logits = teacher_forced_logits(dec.target, text_ids)
         if reference is None:
             reference = logits
@@ -134,11 +122,7 @@ def main() -> int:
     result = {"command": " ".join(["benchmarks/backends.py", *sys.argv[1:]]), "threads": args.threads,
               "date": time.strftime("%Y-%m-%d"), "draft_len": args.draft_len, "max_new_tokens": args.max_new_tokens,
               "prompts": len(prompts), "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(args.out / "results.json", json.dumps(result, indent=1).encode())
-    table = render(result)
-    write_bytes_atomic(args.out / "table.md", table.encode())
-    print(table)
+    save_results(args.out, result, render)
     return 0
 
 
