@@ -22,6 +22,15 @@ from .runtime.vocab import Vocab
 GEMMA_TURN = "<start_of_turn>{role}\n{content}<end_of_turn>\n"
 
 
+def eos_ids(tokenizer, chat: bool = False) -> frozenset[int]:
+    """Target ids that end generation: EOS, and in a chat also the end-of-turn token."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    if chat:
+        vocab = tokenizer.get_vocab()
+        ids |= {vocab[end] for end in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>") if end in vocab}
+    return frozenset(ids)
+
+
 @dataclass
 class Pair:
     decoder: SpeculativeDecoder
@@ -53,14 +62,7 @@ class Pair:
         raise OmniDraftError(f"target {self.target_name} has no chat template; drop --chat")
 
     def eos_ids(self, chat: bool = False) -> frozenset[int]:
-        tok = self.target_vocab.tokenizer
-        ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-        if chat:
-            vocab = tok.get_vocab()
-            for end in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>"):
-                if end in vocab:
-                    ids.add(vocab[end])
-        return frozenset(ids)
+        return eos_ids(self.target_vocab.tokenizer, chat)
 
     def save_cache(self) -> None:
         cache = self.decoder.ngram_cache

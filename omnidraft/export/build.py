@@ -18,6 +18,7 @@ from ..atomic import atomic_directory
 from ..bundle import FORMAT, VERSION, file_entry
 from ..errors import OmniDraftError
 from ..models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
+from ..pair import eos_ids
 from ..progress import log, stage
 from ..runtime.bridge import VocabBridge
 from ..runtime.vocab import Vocab
@@ -100,7 +101,6 @@ def export_bundle(
             shutil.copyfile(cache_src, tmp / "ngram_cache.json")
             cache_name = "ngram_cache.json"
         tv = vocabs["target"].tokenizer
-        chat_eos = {tv.eos_token_id} | {tv.get_vocab()[t] for t in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>") if t in tv.get_vocab()}
         with stage("hashing bundle files"):
             files = {
                 str(p.relative_to(tmp)): file_entry(tmp, str(p.relative_to(tmp)))
@@ -117,8 +117,8 @@ def export_bundle(
             "pair_id": bridge.pair_id,
             "versions": _versions(),
             "models": models,
-            "eos_ids": [tv.eos_token_id],
-            "chat_eos_ids": sorted(chat_eos),
+            "eos_ids": sorted(eos_ids(tv)),
+            "chat_eos_ids": sorted(eos_ids(tv, chat=True)),
             "ngram_cache": cache_name,
             "files": files,
         }
