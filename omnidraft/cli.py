@@ -79,6 +79,21 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     gen.add_argument("--backend", choices=("eager", "executorch", "onnxruntime"), default="eager")
     gen.add_argument("--bundle", type=Path, help="exported bundle folder (executorch and onnxruntime backends)")
+    _add_adapt_options(gen)
+
+    ad = sub.add_parser("adapt", help="adapt the drafter over a stream of prompts and report acceptance per window")
+    ad.add_argument("--stream", type=Path, required=True, help="prompts: one per line, or JSONL ({\"prompt\": ...})")
+    ad.add_argument("--eval", type=Path, help="held-out prompts (same format) measured before and after")
+    ad.add_argument("--window", type=_positive_int, default=20, help="prompts per reported window")
+    ad.add_argument("--max-new-tokens", type=_positive_int, default=32)
+    ad.add_argument("--draft-len", type=_positive_int, default=4)
+    ad.add_argument("--chat", action="store_true", help="apply the target's chat template to every prompt")
+    ad.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
+    ad.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
+    ad.add_argument("--max-context", type=_positive_int, default=512)
+    ad.add_argument("--threads", type=_positive_int, help="torch intra-op threads")
+    ad.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    _add_adapt_options(ad, always=True)
 
     exp = sub.add_parser("export", help="export target and drafter into a bundle (.pte and/or .onnx)")
     exp.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
@@ -120,11 +135,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_adapt_options(p, always: bool = False) -> None:
+    if not always:
+        p.add_argument("--adapt", action="store_true", help="adapt the drafter online (eager backend)")
+    p.add_argument("--profile", default="default", help="adapter profile name (one adapter per profile)")
+    p.add_argument("--reset-adaptation", action="store_true", help="set the profile's adapter aside, start fresh")
+    p.add_argument("--lora-rank", type=_positive_int, default=32)
+    p.add_argument("--lora-alpha", type=_non_negative_float, default=64.0)
+    p.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+                   help="comma-separated Linear module names to adapt")
+    p.add_argument("--full-finetune", action="store_true", help="train every drafter weight instead of LoRA")
+    p.add_argument("--adapt-every", type=_positive_int, default=4, help="prompts between updates")
+    p.add_argument("--adapt-lr", type=_non_negative_float, default=3e-4)
+    p.add_argument("--adapt-lambda", type=_non_negative_float, default=0.2, help="weight of the n-gram NLL term")
+
+
+def adapt_config(args):
+    from .adaptation.lora import LoRAConfig
+    from .adaptation.online import AdaptConfig
+
+    targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+    try:
+        lora = None if args.full_finetune else LoRAConfig(args.lora_rank, args.lora_alpha, targets)
+        return AdaptConfig(lora=lora, lr=args.adapt_lr, every=args.adapt_every, lam=args.adapt_lambda)
+    except ValueError as e:
+        raise OmniDraftError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command == "generate":
             return cmd_generate(args)
+        if args.command == "adapt":
+            return cmd_adapt(args)
         if args.command == "prepare":
             return cmd_prepare(args)
         if args.command == "export":
@@ -263,6 +307,10 @@ def cmd_generate(args) -> int:
             use_ngram_cache=not args.no_ngram_cache,
         )
         pair.bundle.check_draft_len(args.draft_len)
+    if args.adapt:
+        from .pair import attach_adapter
+
+        attach_adapter(pair, adapt_config(args), args.profile, args.reset_adaptation)
     ids = pair.encode_prompt(prompt, chat=args.chat)
     config = GenerationConfig(
         max_new_tokens=args.max_new_tokens,
@@ -298,6 +346,7 @@ def cmd_generate(args) -> int:
         "threads": torch.get_num_threads(),
         "vocab_intersection": s["vocab_intersection"],
         "drafter_calls": s["drafter_calls"],
+        "adaptation": s.get("adaptation"),
     }
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
@@ -311,6 +360,86 @@ def cmd_generate(args) -> int:
             f"stop: {result.stop_reason}, threads {report['threads']}",
             file=sys.stderr,
         )
+    return 0
+
+
+def read_prompt_stream(path: Path) -> list[str]:
+    """Prompts from a file: JSONL lines ({"prompt": ...} or a JSON string) or one plain prompt per line."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise OmniDraftError(f"prompt stream not found: {path}") from None
+    except OSError as e:
+        raise OmniDraftError(f"cannot read prompt stream {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise OmniDraftError(f"prompt stream {path} is not valid UTF-8 (byte {e.start})") from None
+    prompts = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.lstrip()[:1] in ("{", '"'):
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise OmniDraftError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+            item = item.get("prompt") if isinstance(item, dict) else item
+            if not isinstance(item, str) or not item.strip():
+                raise OmniDraftError(f'{path}:{n}: expected {{"prompt": "..."}} or a JSON string')
+            line = item
+        prompts.append(line)
+    if not prompts:
+        raise OmniDraftError(f"prompt stream {path} holds no prompts")
+    return prompts
+
+
+def cmd_adapt(args) -> int:
+    stream_texts = read_prompt_stream(args.stream)
+    eval_texts = read_prompt_stream(args.eval) if args.eval else []
+    _quiet_libraries()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from .adaptation.stream import evaluate, run_stream
+    from .pair import attach_adapter, build_eager_pair
+    from .runtime.decoding import GenerationConfig
+
+    pair = build_eager_pair(args.target, args.drafter, max_context=args.max_context)
+    path = attach_adapter(pair, adapt_config(args), args.profile, args.reset_adaptation)
+    encode = lambda texts: [pair.encode_prompt(t, chat=args.chat) for t in texts]  # noqa: E731
+    stream, held = encode(stream_texts), encode(eval_texts)
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, draft_len=args.draft_len,
+                              eos_ids=pair.eos_ids(args.chat))
+    dec = pair.decoder
+    report = {"profile": args.profile, "adapter": str(path), "prompts": len(stream), "window": args.window,
+              "threads": torch.get_num_threads()}
+    if held:
+        report["eval_before"] = evaluate(dec, held, config)[0]
+
+    def progress(i, stats):
+        a = stats["adaptation"]
+        print(f"[{i + 1}/{len(stream)}] acceptance {stats['acceptance_rate']:.2f}, "
+              f"{stats['tokens_per_target_call']:.2f} tokens/call, updates {a['updates']} "
+              f"(rolled back {a['rollbacks']})", file=sys.stderr, flush=True)
+
+    try:
+        report["windows"], _ = run_stream(dec, stream, config, args.window, progress)
+    finally:
+        pair.save_cache()
+    if held:
+        report["eval_after"] = evaluate(dec, held, config)[0]
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"adapter: {path}")
+    print("window  prompts  acceptance  tokens/call  tok/s  updates(rolled back)")
+    for i, w in enumerate(report["windows"], 1):
+        print(f"{i:>6}  {w['prompts']:>7}  {w['acceptance_rate']:>10.3f}  {w['tokens_per_target_call']:>11.2f}  "
+              f"{w['tokens_per_s']:>5.1f}  {w['updates']}({w['rollbacks']})")
+    if held:
+        b, a = report["eval_before"], report["eval_after"]
+        print(f"held-out ({len(held)} prompts): acceptance {b['acceptance_rate']:.3f} -> {a['acceptance_rate']:.3f}, "
+              f"tokens/call {b['tokens_per_target_call']:.2f} -> {a['tokens_per_target_call']:.2f}")
     return 0
 
 

@@ -74,6 +74,33 @@ class Pair:
             log(f"[omnidraft] warning: could not save the n-gram cache to {self.cache_path}: {e.strerror or e}")
 
 
+def attach_adapter(pair: Pair, config, profile: str = "default", reset: bool = False):
+    """Make the pair's drafter learn online; its adapter lives in $OMNIDRAFT_HOME/adapters.
+
+    One adapter per (drafter, target, profile): a user can keep e.g. "code" and
+    "mail" apart. The adapter trains the eager drafter in place.
+    """
+    import re
+
+    from .adaptation.online import attach
+
+    dec = pair.decoder
+    if dec.drafter is None:
+        raise OmniDraftError("adaptation needs a drafter (drop --no-speculation)")
+    model = getattr(dec.drafter, "model", None)
+    if model is None:
+        raise OmniDraftError(f"adaptation runs on the eager backend, not {dec.drafter.backend}")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", profile):
+        raise OmniDraftError(f"profile name {profile!r}: use letters, digits, '.', '_' or '-' (at most 64)")
+    path = omnidraft_home() / "adapters" / f"{pair.drafter_name}--{pair.target_name}--{dec.bridge.pair_id}--{profile}.pt"
+    meta = {"drafter": pair.drafter_name, "target": pair.target_name}
+    try:
+        dec.adapter = attach(model, dec.bridge, config, path, meta, reset, warn=log)
+    except ValueError as e:
+        raise OmniDraftError(str(e)) from None
+    return path
+
+
 def _attach_cache(decoder, drafter_name, target_name, use_ngram_cache, size, seed_file=None):
     """The pair's n-gram cache from $OMNIDRAFT_HOME (seeded from a bundle's copy if absent)."""
     if not (use_ngram_cache and decoder.cross_vocab):

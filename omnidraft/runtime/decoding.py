@@ -85,6 +85,7 @@ class SpeculativeDecoder:
         if drafter is not None:
             self.bridge = VocabBridge(draft_vocab.padded(drafter.vocab_size), self.target_vocab)
         self.ngram_cache = ngram_cache
+        self.adapter = None  # an OnlineAdapter: learns from every verified round
 
     @property
     def cross_vocab(self) -> bool:
@@ -127,6 +128,9 @@ class SpeculativeDecoder:
         reused = _prefill(target, seq)
         if speculative:
             _prefill(drafter, draft_seq)
+        adapter = self.adapter if speculative else None
+        if adapter is not None:
+            adapter.begin(draft_seq)
         prefill_s = time.perf_counter() - start
         rounds = []  # (seconds since start, proposed, accepted) per verification
 
@@ -165,7 +169,9 @@ class SpeculativeDecoder:
             target.rollback(len(seq) + n)
             seq.extend(committed)
 
-            # cache: learn spellings, reward accepted merges; resync the drafter
+            # cache/adapt: learn spellings, reward accepted merges, keep the target's rows; resync
+            if adapter is not None:
+                adapter.observe(committed, logits[: n + 1])
             if speculative:
                 self._after_round(draft_seq, draft_ids, proposal, n, next_token, committed, counters)
 
@@ -183,6 +189,12 @@ class SpeculativeDecoder:
         out.flush()
         wall = time.perf_counter() - start
         stats = self._stats(counters, generated, prefill_s, wall)
+        if adapter is not None:  # an update runs after the reply, between prompts
+            t0 = time.perf_counter()
+            if adapter.end():
+                drafter.reset()  # new weights: the drafter's cached keys and values are stale
+            stats["adaptation"] = adapter.summary()
+            stats["adaptation"]["seconds"] = time.perf_counter() - t0
         stats["rounds"] = rounds
         stats["prompt_tokens_reused"] = reused
         return GenerationResult(out.text, generated, stop_reason, stats)

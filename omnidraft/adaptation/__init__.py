@@ -1,0 +1,1 @@
+"""Online adaptation of the drafter: LoRA, the hybrid distillation loss, the guard."""

@@ -1,0 +1,114 @@
+"""Training examples from verified rounds: what the target committed, in draft tokens.
+
+Each generation becomes one example: the drafter's prompt followed by every
+committed target token spelled in draft tokens (the same spelling the n-gram
+cache learns). Each committed token is one "unit" of the loss:
+  - directly mapped (one draft token that is its twin): a KL unit; the target's
+    logits at that position, restricted to the mapped tokens, are kept (fp16);
+  - spelled by several draft tokens (an n-gram token): an NLL unit over its
+    sub-tokens.
+The target's distribution at a committed position is exact whatever was drafted:
+row j of a round's verification logits scores committed token j (the context
+up to it was accepted), so every round yields teacher signal, on-policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Mapping:
+    """The directly mapped tokens: draft ids and their target twins, in one order."""
+
+    draft_ids: np.ndarray
+    target_ids: np.ndarray
+
+    @classmethod
+    def from_bridge(cls, bridge) -> "Mapping":
+        d = np.nonzero(bridge.draft_to_target >= 0)[0]
+        return cls(d.astype(np.int64), bridge.draft_to_target[d].astype(np.int64))
+
+    def __len__(self) -> int:
+        return len(self.draft_ids)
+
+
+@dataclass
+class Example:
+    ids: np.ndarray  # draft tokens, prompt + continuation
+    kl_pos: np.ndarray  # logits at kl_pos[i] predict a directly mapped token...
+    kl_target: np.ndarray  # ...whose target logits over Mapping are kl_target[i] (fp16)
+    nll_pos: np.ndarray  # logits at nll_pos[i] predict ids[nll_pos[i] + 1], an n-gram sub-token
+    units: list[tuple[int, int]] = field(default_factory=list)  # per committed token: first, last position
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def nbytes(self) -> int:
+        return self.ids.nbytes + self.kl_pos.nbytes + self.kl_target.nbytes + self.nll_pos.nbytes
+
+    def window(self, size: int) -> "Example":
+        """The last `size` tokens (positions shift; units cut by the window are dropped)."""
+        cut = max(0, len(self.ids) - size)
+        if cut == 0:
+            return self
+        keep_kl = self.kl_pos >= cut
+        return Example(
+            self.ids[cut:],
+            self.kl_pos[keep_kl] - cut,
+            self.kl_target[keep_kl],
+            self.nll_pos[self.nll_pos >= cut] - cut,
+            [(a - cut, b - cut) for a, b in self.units if a >= cut],
+        )
+
+
+class ExampleBuilder:
+    """Collects one generation's committed tokens and target rows into an Example."""
+
+    def __init__(self, bridge, mapping: Mapping, draft_prompt: list[int]):
+        self.bridge = bridge
+        self.mapping = mapping
+        self.ids = list(draft_prompt)
+        self.kl_pos: list[int] = []
+        self.kl_target: list[np.ndarray] = []
+        self.nll_pos: list[int] = []
+        self.units: list[tuple[int, int]] = []
+        self.closed = not draft_prompt  # nothing to condition on
+
+    def add(self, committed: list[int], target_logits: np.ndarray) -> None:
+        """committed[j] was scored by target_logits[j]."""
+        draft, target = self.bridge.draft, self.bridge.target
+        for t, row in zip(committed, target_logits):
+            if self.closed:
+                return
+            t = int(t)
+            if t >= len(target) or target.special[t]:
+                self.closed = True  # EOS / end of turn: the text ends here
+                return
+            spelling = draft.encode_bytes(target.token_bytes[t], lenient=True)
+            if not spelling:
+                self.closed = True  # unspellable: later positions would be misaligned
+                return
+            first = len(self.ids) - 1  # the logits here predict the spelling's first token
+            if len(spelling) == 1 and self.bridge.draft_to_target[spelling[0]] == t:
+                self.kl_pos.append(first)
+                self.kl_target.append(row[self.mapping.target_ids].astype(np.float16))
+            else:
+                self.nll_pos.extend(range(first, first + len(spelling)))
+            self.units.append((first, first + len(spelling) - 1))
+            self.ids.extend(spelling)
+
+    def build(self) -> Example | None:
+        if not self.units:
+            return None
+        n_map = len(self.mapping)
+        return Example(
+            np.array(self.ids, dtype=np.int64),
+            np.array(self.kl_pos, dtype=np.int64),
+            np.stack(self.kl_target) if self.kl_target else np.zeros((0, n_map), np.float16),
+            np.array(self.nll_pos, dtype=np.int64),
+            self.units,
+        )

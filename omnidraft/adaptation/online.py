@@ -1,0 +1,268 @@
+"""Online adaptation: the drafter learns from the user's own verified rounds.
+
+The decoder hands every generation to the adapter (`begin`, `observe` per
+round, `end`). Finished generations become training examples; every
+`every` prompts the adapter takes `steps` AdamW steps on the newest `batch`
+examples of its on-policy buffer. A guard keeps every `holdout_every`-th example
+out of training; an update that lowers the drafter's greedy acceptance on those
+held-out examples is rolled back (weights and optimizer state), so adaptation
+never leaves the drafter worse on recent traffic than it was before the update.
+Accepted updates are saved at once, atomically: a killed process loses at most
+the update in flight.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..atomic import write_bytes_atomic
+from .examples import Example, ExampleBuilder, Mapping
+from .lora import LoRAConfig, LoRALinear, add_lora, copy_into, forget_merged, lora_parameters
+from .loss import Batch, batch_loss, greedy_acceptance
+
+FORMAT = "omnidraft-adapter"
+VERSION = 1
+
+
+class AdapterFileError(Exception):
+    """The adapter file is unreadable, corrupt or belongs to another drafter/pair/config."""
+
+
+@dataclass
+class AdaptConfig:
+    lora: LoRAConfig | None = field(default_factory=LoRAConfig)  # None: full fine-tuning
+    lam: float = 0.2  # weight of the n-gram NLL term
+    use_kl: bool = True  # False: n-gram NLL only (an ablation)
+    lr: float = 1e-4
+    every: int = 4  # prompts between updates
+    batch: int = 4  # newest buffered examples per step
+    steps: int = 2  # optimizer steps per update
+    buffer: int = 16  # on-policy buffer (examples)
+    holdout_every: int = 5  # every n-th example is held out for the guard (1st, 6th, ...)
+    holdout: int = 4  # held-out examples kept
+    window: int = 128  # draft tokens per example (the latest)
+    guard: bool = True
+
+    def __post_init__(self):
+        for name in ("every", "batch", "steps", "buffer", "holdout_every", "holdout", "window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"adaptation {name} must be at least 1")
+        if self.lam < 0 or self.lr <= 0:
+            raise ValueError("adaptation lambda must be >= 0 and the learning rate > 0")
+
+    def identity(self) -> dict:
+        """What must match for a saved adapter to be reused."""
+        return {"mode": "lora" if self.lora else "full", "lora": self.lora.to_dict() if self.lora else None}
+
+
+@dataclass
+class AdaptStats:
+    examples: int = 0
+    updates: int = 0
+    rollbacks: int = 0
+    steps: int = 0
+    update_seconds: list[float] = field(default_factory=list)
+    last_loss: float | None = None
+    last_l_dm: float | None = None
+    last_l_ngram: float | None = None
+    holdout_before: float | None = None
+    holdout_after: float | None = None
+
+
+class OnlineAdapter:
+    def __init__(self, model, bridge, config: AdaptConfig, state_path: Path | None = None, meta: dict | None = None,
+                 warn=None):
+        self.model = model
+        self.warn = warn
+        self.bridge = bridge
+        self.config = config
+        self.state_path = Path(state_path) if state_path else None
+        self.meta = dict(meta or {}, pair_id=bridge.pair_id, **config.identity())
+        self.mapping = Mapping.from_bridge(bridge)
+        self.mapped = torch.from_numpy(self.mapping.draft_ids)
+        if config.lora is not None:
+            add_lora(model, config.lora)
+            self.trainable = lora_parameters(model)
+        else:
+            model.requires_grad_(True)
+            self.trainable = dict(model.named_parameters())
+        self.params = list(self.trainable.values())
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
+        self.buffer: deque[Example] = deque(maxlen=config.buffer)
+        self.heldout: deque[Example] = deque(maxlen=config.holdout)
+        self.stats = AdaptStats()
+        self._builder: ExampleBuilder | None = None
+        self._since_update = 0
+
+    # -- the decoder's hooks -------------------------------------------------------------
+    def begin(self, draft_prompt: list[int]) -> None:
+        self._builder = ExampleBuilder(self.bridge, self.mapping, draft_prompt)
+
+    def observe(self, committed: list[int], target_logits: np.ndarray) -> None:
+        if self._builder is not None:
+            self._builder.add(committed, target_logits)
+
+    def end(self) -> bool:
+        """Finish the generation; True when the drafter's weights changed (its KV cache is stale)."""
+        example = self._builder.build() if self._builder else None
+        self._builder = None
+        if example is None:
+            return False
+        example = example.window(self.config.window)
+        if self.stats.examples % self.config.holdout_every == 0:
+            self.heldout.append(example)
+        else:
+            self.buffer.append(example)
+        self.stats.examples += 1
+        self._since_update += 1
+        if self._since_update < self.config.every or not self.buffer:
+            return False
+        self._since_update = 0
+        return self.update()
+
+    # -- learning ---------------------------------------------------------------------------
+    def update(self) -> bool:
+        """A few optimizer steps on the newest examples; kept only if the guard agrees."""
+        cfg = self.config
+        start = time.perf_counter()
+        guarded = cfg.guard and bool(self.heldout)
+        if guarded:
+            heldout = Batch.of(list(self.heldout))
+            before = greedy_acceptance(self.model, heldout)
+            saved = self._snapshot()
+        batch = Batch.of(list(self.buffer)[-cfg.batch :])
+        for _ in range(cfg.steps):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, l_dm, l_ngram = batch_loss(self.model, batch, self.mapped, cfg.lam, cfg.use_kl)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            self.optimizer.step()
+            self.stats.steps += 1
+        self.stats.last_loss, self.stats.last_l_dm, self.stats.last_l_ngram = (
+            loss.item(), l_dm.item(), l_ngram.item())
+        kept = True
+        if guarded:
+            after = greedy_acceptance(self.model, heldout)
+            self.stats.holdout_before, self.stats.holdout_after = before, after
+            if after < before:
+                self._restore(saved)
+                self.stats.rollbacks += 1
+                kept = False
+        self.stats.updates += 1
+        self.stats.update_seconds.append(time.perf_counter() - start)
+        self.save()
+        return kept
+
+    def _trainable_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.trainable.items()}
+
+    def _snapshot(self):
+        return self._trainable_state(), copy.deepcopy(self.optimizer.state_dict())
+
+    def _restore(self, snapshot) -> None:
+        weights, opt = snapshot
+        self._load_weights(weights)
+        self.optimizer.load_state_dict(opt)
+
+    def _load_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        copy_into(self.trainable, weights)
+        forget_merged(self.model)
+
+    def summary(self) -> dict:
+        s = self.stats
+        return {
+            "examples": s.examples,
+            "updates": s.updates,
+            "rollbacks": s.rollbacks,
+            "loss": s.last_loss,
+            "heldout_acceptance_before": s.holdout_before,
+            "heldout_acceptance_after": s.holdout_after,
+        }
+
+    @property
+    def extra_bytes(self) -> dict[str, int]:
+        """Memory adaptation adds: trainable tensors, optimizer state, buffered examples."""
+        trainable = sum(p.numel() * p.element_size() for p in self.params)
+        opt = sum(
+            t.numel() * t.element_size()
+            for s in self.optimizer.state.values()
+            for t in s.values()
+            if torch.is_tensor(t)
+        )
+        examples = sum(e.nbytes for e in list(self.buffer) + list(self.heldout))
+        merged = sum(m.base.weight.numel() * m.base.weight.element_size()
+                     for m in self.model.modules() if isinstance(m, LoRALinear))
+        return {"trainable": trainable, "optimizer": opt, "examples": examples, "merged_weights": merged}
+
+    # -- persistence ------------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the adapter (weights, optimizer, counters) atomically; no-op without a path."""
+        if self.state_path is None:
+            return
+        payload = {
+            "format": FORMAT,
+            "version": VERSION,
+            "meta": self.meta,
+            "weights": self._trainable_state(),
+            "optimizer": self.optimizer.state_dict(),
+            "stats": asdict(self.stats),
+        }
+        buf = io.BytesIO()
+        torch.save(payload, buf)
+        try:
+            write_bytes_atomic(self.state_path, buf.getvalue())
+        except OSError as e:  # full disk, read-only folder: keep adapting in memory
+            if self.warn:
+                self.warn(f"[omnidraft] warning: could not save the adapter to {self.state_path}: {e.strerror or e}")
+
+    def load(self, path: Path) -> None:
+        """Restore a saved adapter; AdapterFileError if it is not ours."""
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+                raise AdapterFileError("not an OmniDraft adapter file")
+            if payload.get("version") != VERSION:
+                raise AdapterFileError(f"adapter format version {payload.get('version')}, expected {VERSION}")
+            if payload["meta"] != self.meta:
+                raise AdapterFileError("made for another drafter, target or LoRA configuration")
+            self._load_weights(payload["weights"])
+            self.optimizer.load_state_dict(payload["optimizer"])
+            self.stats = AdaptStats(**payload["stats"])
+        except AdapterFileError:
+            raise
+        except Exception as e:  # noqa: BLE001 - torch.load raises many kinds on a damaged file
+            raise AdapterFileError(f"unreadable ({type(e).__name__})") from e
+
+
+def attach(model, bridge, config: AdaptConfig, state_path: Path | None, meta: dict, reset: bool, warn) -> OnlineAdapter:
+    """An adapter for `model`, resumed from `state_path` unless reset; a bad file is set aside."""
+    adapter = OnlineAdapter(model, bridge, config, state_path, meta, warn)
+    if state_path is None or not state_path.exists():
+        return adapter
+    if reset:
+        _set_aside(state_path, "reset", "adaptation reset: starting a fresh adapter", warn)
+        return adapter
+    try:
+        adapter.load(state_path)
+    except AdapterFileError as e:
+        _set_aside(state_path, "bad", f"adapter {state_path.name} is {e}; starting a fresh adapter", warn)
+    return adapter
+
+
+def _set_aside(path: Path, tag: str, message: str, warn) -> None:
+    """Keep the old file under another name (nothing a user saved is ever deleted)."""
+    aside = path.with_name(f"{path.name}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        os.replace(path, aside)
+        warn(f"[omnidraft] {message} (the old file is now {aside.name})")
+    except OSError as e:
+        warn(f"[omnidraft] {message} (could not move the old file aside: {e.strerror or e})")
