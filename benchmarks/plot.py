@@ -49,6 +49,29 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(RESULTS / "summary.png", dpi=90)
     print(RESULTS / "summary.png")
+    plot_adaptation([r for r in (load("adaptation_code"), load("adaptation_prose_chat")) if r])
+
+
+def plot_adaptation(results: list[dict]) -> None:
+    """Acceptance per window of the stream, one panel per domain, one line per configuration."""
+    runs = [run for r in results for run in r["runs"]]
+    domains = list(dict.fromkeys(run["domain"] for run in runs))
+    if not domains:
+        return
+    fig, axes = plt.subplots(1, len(domains), figsize=(5.5 * len(domains), 4), squeeze=False)
+    for ax, domain in zip(axes[0], domains):
+        for run in (run for run in runs if run["domain"] == domain):
+            acc = [w["acceptance_rate"] for w in run["windows"]]
+            line, = ax.plot(range(1, len(acc) + 1), acc, "o-", label=run["config"])
+            ax.axhline(run["heldout"]["acceptance_rate"], color=line.get_color(), ls=":", lw=1)
+            ax.set_xticks(range(1, len(acc) + 1))
+        window = results[0]["window"]
+        ax.set(title=f"{domain} (dotted: held-out after the stream)", xlabel=f"window of {window} prompts",
+               ylabel="acceptance")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "adaptation.png", dpi=90)
+    print(RESULTS / "adaptation.png")
 
 
 if __name__ == "__main__":

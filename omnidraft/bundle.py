@@ -8,6 +8,8 @@ A bundle is one folder:
     tokenizers/target/          the target's tokenizer files (tokenizer.json, config)
     tokenizers/drafter/         the drafter's tokenizer files
     ngram_cache.json            optional: the pair's n-gram cache at export time
+    drafter_train.pte           optional (--with-training): the LoRA training step
+    drafter_lora.pte            optional (--with-training): the drafter taking LoRA tensors as inputs
 
 bundle.json, version 1:
 
@@ -25,6 +27,9 @@ bundle.json, version 1:
         tokenizer_fingerprint, graphs {"onnx": file, "executorch": file}
     eos_ids, chat_eos_ids   target token ids that end generation
     ngram_cache       file name or null
+    training          null, or (--with-training) {window, lam, mapped, lora {rank, alpha,
+                      targets}, lora_inputs [[name, shape], ...]}; the drafter's graphs
+                      then also hold "executorch_train" and "executorch_lora"
     files             {relative path: {size, sha256}} for every file above
 
 Graph signature (ONNX): inputs input_ids [1, n] int64, position_ids [1, n] int64,
@@ -33,6 +38,12 @@ present_keys, present_values (kv_shape). ExecuTorch: inputs input_ids [1, n] and
 position_ids [1, n]; the KV cache is a mutable buffer inside the program; output
 logits [1, n, vocab]. In both, 1 <= n <= max_tokens_per_call, and positions past
 the last written one are masked, so a rollback is just writing there again.
+
+Training (ExecuTorch, see omnidraft/export/training_export.py): drafter_train.pte's
+method "forward" takes (ids [1, W], kl_rows [W], kl_target [W, mapped], kl_weight [W],
+nll_rows [W], nll_labels [W], nll_weight [W]) and returns (loss, L_DM, L_ngram) with
+the gradients of the LoRA tensors (ExecuTorch training API); drafter_lora.pte takes
+(input_ids, position_ids, *lora_inputs in the listed order) and returns logits.
 
 Loading checks everything: format and version, every file's presence, size and
 hash, tokenizer identity and vocabulary sizes, and the requested draft length
@@ -121,6 +132,11 @@ def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
                 m[key]
         files = manifest["files"]
         int(manifest["max_draft_len"])
+        training = manifest.get("training")
+        if training:
+            int(training["window"]), int(training["mapped"]), list(training["lora_inputs"])
+            manifest["models"]["drafter"]["graphs"]["executorch_train"]
+            manifest["models"]["drafter"]["graphs"]["executorch_lora"]
     except (KeyError, TypeError, ValueError) as e:
         raise OmniDraftError(f"bundle.json in {root} is missing field {e}") from None
     for rel, entry in files.items():

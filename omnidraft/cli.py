@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--max-context", type=_positive_int, default=512)
     ad.add_argument("--threads", type=_positive_int, help="torch intra-op threads")
     ad.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    ad.add_argument("--backend", choices=("eager", "executorch"), default="eager",
+                    help="executorch: update steps through the bundle's training program")
+    ad.add_argument("--bundle", type=Path, help="bundle exported --with-training (executorch backend)")
     _add_adapt_options(ad, always=True)
 
     exp = sub.add_parser("export", help="export target and drafter into a bundle (.pte and/or .onnx)")
@@ -105,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "ONNX: int8 (int8 weights)")
     exp.add_argument("--max-context", type=_positive_int, default=512, help="target KV cache length")
     exp.add_argument("--max-draft-len", type=_positive_int, default=8, help="largest draft length K")
+    exp.add_argument("--with-training", action="store_true",
+                     help="also export the drafter's LoRA training step and a LoRA-input drafter (ExecuTorch)")
+    exp.add_argument("--train-window", type=_positive_int, default=128, help="draft tokens per training window")
 
     sim = sub.add_parser("simulate", help="run a bundle on onnxruntime as the phone app does (chat)")
     sim.add_argument("--bundle", type=Path, required=True)
@@ -137,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_adapt_options(p, always: bool = False) -> None:
     if not always:
-        p.add_argument("--adapt", action="store_true", help="adapt the drafter online (eager backend)")
+        p.add_argument("--adapt", action="store_true", help="adapt the drafter online (eager, or executorch with a bundle exported --with-training)")
     p.add_argument("--profile", default="default", help="adapter profile name (one adapter per profile)")
     p.add_argument("--reset-adaptation", action="store_true", help="set the profile's adapter aside, start fresh")
     p.add_argument("--lora-rank", type=_positive_int, default=32)
@@ -253,6 +259,7 @@ def cmd_export(args) -> int:
     export_bundle(
         args.out, args.target, args.drafter, formats=formats, quant=args.quant,
         max_context=args.max_context, max_draft_len=args.max_draft_len,
+        with_training=args.with_training, train_window=args.train_window,
     )
     print(args.out)
     return 0
@@ -283,34 +290,11 @@ def cmd_generate(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from .pair import build_bundle_pair, build_eager_pair
     from .runtime.decoding import GenerationConfig
     from .runtime.sampling import Sampler
 
-    if args.backend == "eager":
-        if args.bundle is not None:
-            raise OmniDraftError("--bundle runs on --backend executorch or onnxruntime, not eager")
-        pair = build_eager_pair(
-            args.target,
-            args.drafter,
-            speculative=not args.no_speculation,
-            max_context=args.max_context,
-            use_ngram_cache=not args.no_ngram_cache,
-        )
-    else:
-        if args.bundle is None:
-            raise OmniDraftError(f"--backend {args.backend} needs --bundle DIR (make one with `omnidraft export`)")
-        if args.target or args.drafter:
-            raise OmniDraftError("--target/--drafter do not apply to a bundle: its models are fixed at export")
-        pair = build_bundle_pair(
-            args.bundle, args.backend, speculative=not args.no_speculation, threads=args.threads,
-            use_ngram_cache=not args.no_ngram_cache,
-        )
-        pair.bundle.check_draft_len(args.draft_len)
-    if args.adapt:
-        from .pair import attach_adapter
-
-        attach_adapter(pair, adapt_config(args), args.profile, args.reset_adaptation)
+    pair = _open_pair(args, speculative=not args.no_speculation, use_ngram_cache=not args.no_ngram_cache,
+                      adapt=args.adapt)
     ids = pair.encode_prompt(prompt, chat=args.chat)
     config = GenerationConfig(
         max_new_tokens=args.max_new_tokens,
@@ -392,6 +376,30 @@ def read_prompt_stream(path: Path) -> list[str]:
     return prompts
 
 
+def _open_pair(args, speculative: bool = True, use_ngram_cache: bool = True, adapt: bool = False):
+    """The pair the options name (eager, or a bundle on its backend), with its adapter if asked."""
+    from .pair import attach_adapter, build_bundle_pair, build_eager_pair, check_profile
+
+    if adapt:
+        check_profile(args.profile)
+    if args.backend == "eager":
+        if args.bundle is not None:
+            raise OmniDraftError("--bundle runs on --backend executorch or onnxruntime, not eager")
+        pair = build_eager_pair(args.target, args.drafter, speculative=speculative, max_context=args.max_context,
+                                use_ngram_cache=use_ngram_cache)
+    else:
+        if args.bundle is None:
+            raise OmniDraftError(f"--backend {args.backend} needs --bundle DIR (make one with `omnidraft export`)")
+        if args.target or args.drafter:
+            raise OmniDraftError("--target/--drafter do not apply to a bundle: its models are fixed at export")
+        pair = build_bundle_pair(args.bundle, args.backend, speculative=speculative, threads=args.threads,
+                                 use_ngram_cache=use_ngram_cache, lora_drafter=adapt)
+        pair.bundle.check_draft_len(args.draft_len)
+    if adapt:
+        pair.adapter_path = attach_adapter(pair, adapt_config(args), args.profile, args.reset_adaptation)
+    return pair
+
+
 def cmd_adapt(args) -> int:
     stream_texts = read_prompt_stream(args.stream)
     eval_texts = read_prompt_stream(args.eval) if args.eval else []
@@ -401,11 +409,10 @@ def cmd_adapt(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from .adaptation.stream import evaluate, run_stream
-    from .pair import attach_adapter, build_eager_pair
     from .runtime.decoding import GenerationConfig
 
-    pair = build_eager_pair(args.target, args.drafter, max_context=args.max_context)
-    path = attach_adapter(pair, adapt_config(args), args.profile, args.reset_adaptation)
+    pair = _open_pair(args, adapt=True)
+    path = pair.adapter_path
     encode = lambda texts: [pair.encode_prompt(t, chat=args.chat) for t in texts]  # noqa: E731
     stream, held = encode(stream_texts), encode(eval_texts)
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, draft_len=args.draft_len,
@@ -432,7 +439,7 @@ def cmd_adapt(args) -> int:
         print(json.dumps(report))
         return 0
     print(f"adapter: {path}")
-    print("window  prompts  acceptance  tokens/call  tok/s  updates(rolled back)")
+    print("window  prompts  acceptance  tokens/call  tok/s  updates so far (rolled back)")
     for i, w in enumerate(report["windows"], 1):
         print(f"{i:>6}  {w['prompts']:>7}  {w['acceptance_rate']:>10.3f}  {w['tokens_per_target_call']:>11.2f}  "
               f"{w['tokens_per_s']:>5.1f}  {w['updates']}({w['rollbacks']})")

@@ -39,6 +39,7 @@ class Pair:
     target_vocab: Vocab
     cache_path: Path | None
     bundle: object = None  # the loaded Bundle when running exported graphs
+    adapter_path: Path | None = None  # where the drafter's adapter is saved, once one is attached
 
     def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
         if not text.strip():
@@ -74,31 +75,57 @@ class Pair:
             log(f"[omnidraft] warning: could not save the n-gram cache to {self.cache_path}: {e.strerror or e}")
 
 
+def check_profile(profile: str) -> None:
+    """Profile names become file names: keep them plain."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", profile):
+        raise OmniDraftError(f"profile name {profile!r}: use letters, digits, '.', '_' or '-' (at most 64)")
+
+
 def attach_adapter(pair: Pair, config, profile: str = "default", reset: bool = False):
     """Make the pair's drafter learn online; its adapter lives in $OMNIDRAFT_HOME/adapters.
 
     One adapter per (drafter, target, profile): a user can keep e.g. "code" and
-    "mail" apart. The adapter trains the eager drafter in place.
+    "mail" apart. The adapter trains the eager drafter in place, or, on a bundle
+    exported --with-training, steps through its ExecuTorch training program.
     """
-    import re
-
     from .adaptation.online import attach
 
     dec = pair.decoder
     if dec.drafter is None:
         raise OmniDraftError("adaptation needs a drafter (drop --no-speculation)")
-    model = getattr(dec.drafter, "model", None)
-    if model is None:
-        raise OmniDraftError(f"adaptation runs on the eager backend, not {dec.drafter.backend}")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", profile):
-        raise OmniDraftError(f"profile name {profile!r}: use letters, digits, '.', '_' or '-' (at most 64)")
+    if pair.bundle is not None:
+        learner = _executorch_learner(pair, config)
+    elif hasattr(dec.drafter, "model"):
+        learner = dec.drafter.model
+    else:
+        raise OmniDraftError(f"adaptation runs on the eager or executorch backend, not {dec.drafter.backend}")
+    check_profile(profile)
     path = omnidraft_home() / "adapters" / f"{pair.drafter_name}--{pair.target_name}--{dec.bridge.pair_id}--{profile}.pt"
     meta = {"drafter": pair.drafter_name, "target": pair.target_name}
     try:
-        dec.adapter = attach(model, dec.bridge, config, path, meta, reset, warn=log)
+        dec.adapter = attach(learner, dec.bridge, config, path, meta, reset, warn=log)
     except ValueError as e:
         raise OmniDraftError(str(e)) from None
     return path
+
+
+def _executorch_learner(pair: Pair, config):
+    from .adaptation.examples import Mapping
+    from .adaptation.learners import ExecuTorchLearner
+
+    bundle, drafter = pair.bundle, pair.decoder.drafter
+    training = bundle.manifest.get("training")
+    if not training or drafter.backend != "executorch":
+        raise OmniDraftError("on-device adaptation needs --backend executorch and a bundle exported --with-training")
+    graphs = bundle.model("drafter")["graphs"]
+    names = [name for name, _shape in training["lora_inputs"]]
+    n_mapped = len(Mapping.from_bridge(pair.decoder.bridge))
+    if n_mapped != training["mapped"]:
+        raise OmniDraftError("the bundle's training graph was exported for another vocabulary mapping")
+    return ExecuTorchLearner(bundle.root / graphs["executorch_train"], names, int(training["window"]), n_mapped,
+                             config.lr, drafter)
 
 
 def _attach_cache(decoder, drafter_name, target_name, use_ngram_cache, size, seed_file=None):
@@ -166,8 +193,13 @@ def build_bundle_pair(
     use_ngram_cache: bool = True,
     ngram_cache_size: int = 20_000,
     verify_hashes: bool = True,
+    lora_drafter: bool = False,
 ) -> Pair:
-    """Load an exported bundle (validated) and run it on onnxruntime or ExecuTorch."""
+    """Load an exported bundle (validated) and run it on onnxruntime or ExecuTorch.
+
+    lora_drafter: run the drafter graph that takes LoRA tensors as inputs (for
+    on-device adaptation; needs a bundle exported --with-training).
+    """
     from .bundle import check_tokenizer, load_bundle
 
     bundle = load_bundle(bundle_dir, verify_hashes=verify_hashes)
@@ -180,7 +212,19 @@ def build_bundle_pair(
     if not speculative:
         decoder = SpeculativeDecoder(target, vocabs["target"])
         return Pair(decoder, names["target"], None, decoder.target_vocab, None, bundle)
-    drafter = open_runner(bundle, "drafter", backend, threads)
+    if lora_drafter:
+        if backend != "executorch" or not bundle.manifest.get("training"):
+            raise OmniDraftError("on-device adaptation needs --backend executorch and a bundle exported --with-training")
+        from .runtime.executorch_runner import ExecuTorchRunner
+
+        import torch
+
+        drafter = ExecuTorchRunner(bundle.root / bundle.model("drafter")["graphs"]["executorch_lora"],
+                                   bundle.model("drafter"), name="drafter")
+        # Zero adapters until a learner feeds its own: the drafter as exported.
+        drafter.extra_inputs = [torch.zeros(shape) for _name, shape in bundle.manifest["training"]["lora_inputs"]]
+    else:
+        drafter = open_runner(bundle, "drafter", backend, threads)
     decoder = SpeculativeDecoder(target, vocabs["target"], drafter, vocabs["drafter"])
     seed = bundle.root / bundle.manifest["ngram_cache"] if bundle.manifest.get("ngram_cache") else None
     cache_path = _attach_cache(decoder, names["drafter"], names["target"], use_ngram_cache, ngram_cache_size, seed)

@@ -7,8 +7,6 @@ greedy output; adapter files are saved atomically, resumed, and set aside when
 bad.
 """
 
-import copy
-
 import numpy as np
 import pytest
 import torch
@@ -128,14 +126,14 @@ def test_lora_steps_lower_the_loss_and_raise_acceptance(drafter_path, draft_voca
             if name.endswith("lora_B"):
                 p.normal_(0, 0.3)
     batch = Batch.of([ex])
-    loss0, _, _ = batch_loss(model, batch, adapter.mapped, 0.2)
+    loss0, _, _ = batch_loss(model, batch, adapter.learner.mapped, 0.2)
     acc0 = greedy_acceptance(model, batch)
     assert acc0 < 0.8
     for _ in range(30):
-        adapter.optimizer.zero_grad()
-        loss, _, _ = batch_loss(model, batch, adapter.mapped, 0.2)
+        adapter.learner.optimizer.zero_grad()
+        loss, _, _ = batch_loss(model, batch, adapter.learner.mapped, 0.2)
         loss.backward()
-        adapter.optimizer.step()
+        adapter.learner.optimizer.step()
     assert loss.item() < 0.5 * loss0.item()
     assert greedy_acceptance(model, batch) > acc0 + 0.1
 

@@ -53,6 +53,32 @@ def test_invalid_utf8_prompt_file(tmp_path):
     assert_one_line_error(run("generate", "--prompt-file", str(bad)), "not valid UTF-8 (byte 6)")
 
 
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"", "holds no prompts"),
+        (b"\n  \n", "holds no prompts"),
+        (b"def f():\n\xff\n", "is not valid UTF-8 (byte 9)"),
+        (b'{"prompt": "ok"}\n{"prompt": \n', ":2: not valid JSON"),
+        (b'{"text": "no prompt key"}\n', ':1: expected {"prompt": "..."}'),
+    ],
+)
+def test_adapt_bad_stream(tmp_path, content, needle):
+    stream = tmp_path / "stream.jsonl"
+    stream.write_bytes(content)
+    assert_one_line_error(run("adapt", "--stream", str(stream)), needle, code=1)
+
+
+def test_adapt_bad_options(tmp_path):
+    assert_one_line_error(run("adapt", "--stream", str(tmp_path / "none.txt")), "prompt stream not found", code=1)
+    stream = tmp_path / "s.txt"
+    stream.write_text("hello\n")
+    assert_one_line_error(run("adapt", "--stream", str(stream), "--window", "0"), "--window: must be at least 1")
+    assert_one_line_error(run("adapt", "--stream", str(stream), "--backend", "executorch"), "needs --bundle DIR")
+    assert_one_line_error(run("adapt", "--stream", str(stream), "--profile", "../evil", home=tmp_path),
+                          "profile name")
+
+
 def test_folder_without_config(tmp_path):
     assert_one_line_error(run("generate", "--prompt", "x", "--drafter", str(tmp_path)), "no config.json")
 
@@ -86,3 +112,24 @@ def test_corrupt_cache_is_set_aside(tmp_path, target_path, drafter_path):
     assert "started a fresh cache" in proc.stderr
     assert list((tmp_path / "ngram").glob("*.bad-*"))
     json.loads(cache_file.read_text())  # a fresh, valid cache was written back
+
+
+@pytest.mark.real
+def test_adapt_stream_on_the_real_pair(tmp_path, target_path, drafter_path):
+    """`omnidraft adapt` end to end: updates happen, the adapter is saved, a second run resumes it."""
+    stream = tmp_path / "stream.jsonl"
+    stream.write_text("\n".join(json.dumps({"prompt": p}) for p in (
+        "def mean(xs):\n    return", "import json\n\ndef load(path):\n", "for i in range(10):\n    print(")))
+    args = ("adapt", "--stream", str(stream), "--window", "2", "--max-new-tokens", "10", "--adapt-every", "1",
+            "--profile", "ci", "--json", "--target", str(target_path), "--drafter", str(drafter_path))
+    proc = run(*args, home=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [w["prompts"] for w in report["windows"]] == [2, 1]
+    assert report["windows"][-1]["updates"] == 2  # so far; the first generation is held out for the guard
+    assert all(0 <= w["acceptance_rate"] <= 1 and w["tokens_per_target_call"] >= 1 for w in report["windows"])
+    (adapter,) = (tmp_path / "adapters").glob("*--ci.pt")
+    assert adapter == tmp_path / "adapters" / adapter.name and report["adapter"] == str(adapter)
+    again = run(*args[:4], "1", *args[5:], home=tmp_path, timeout=900)
+    assert again.returncode == 0, again.stderr
+    assert "resumed adapter" in again.stderr and "(2 updates so far)" in again.stderr, again.stderr

@@ -13,7 +13,6 @@ the update in flight.
 
 from __future__ import annotations
 
-import copy
 import io
 import os
 import time
@@ -26,8 +25,8 @@ import torch
 
 from ..atomic import write_bytes_atomic
 from .examples import Example, ExampleBuilder, Mapping
-from .lora import LoRAConfig, LoRALinear, add_lora, copy_into, forget_merged, lora_parameters
-from .loss import Batch, batch_loss, greedy_acceptance
+from .learners import EagerLearner
+from .lora import LoRAConfig
 
 FORMAT = "omnidraft-adapter"
 VERSION = 1
@@ -59,10 +58,6 @@ class AdaptConfig:
         if self.lam < 0 or self.lr <= 0:
             raise ValueError("adaptation lambda must be >= 0 and the learning rate > 0")
 
-    def identity(self) -> dict:
-        """What must match for a saved adapter to be reused."""
-        return {"mode": "lora" if self.lora else "full", "lora": self.lora.to_dict() if self.lora else None}
-
 
 @dataclass
 class AdaptStats:
@@ -79,24 +74,21 @@ class AdaptStats:
 
 
 class OnlineAdapter:
-    def __init__(self, model, bridge, config: AdaptConfig, state_path: Path | None = None, meta: dict | None = None,
+    """Buffers verified generations, updates the drafter every few prompts, guards, saves.
+
+    `drafter` is the torch drafter to train in eager mode, or a learner such as
+    ExecuTorchLearner (see learners.py).
+    """
+
+    def __init__(self, drafter, bridge, config: AdaptConfig, state_path: Path | None = None, meta: dict | None = None,
                  warn=None):
-        self.model = model
         self.warn = warn
         self.bridge = bridge
         self.config = config
         self.state_path = Path(state_path) if state_path else None
-        self.meta = dict(meta or {}, pair_id=bridge.pair_id, **config.identity())
         self.mapping = Mapping.from_bridge(bridge)
-        self.mapped = torch.from_numpy(self.mapping.draft_ids)
-        if config.lora is not None:
-            add_lora(model, config.lora)
-            self.trainable = lora_parameters(model)
-        else:
-            model.requires_grad_(True)
-            self.trainable = dict(model.named_parameters())
-        self.params = list(self.trainable.values())
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
+        self.learner = drafter if hasattr(drafter, "acceptance") else EagerLearner(drafter, config, self.mapping)
+        self.meta = dict(meta or {}, pair_id=bridge.pair_id, **self.learner.identity())
         self.buffer: deque[Example] = deque(maxlen=config.buffer)
         self.heldout: deque[Example] = deque(maxlen=config.holdout)
         self.stats = AdaptStats()
@@ -132,50 +124,29 @@ class OnlineAdapter:
     # -- learning ---------------------------------------------------------------------------
     def update(self) -> bool:
         """A few optimizer steps on the newest examples; kept only if the guard agrees."""
-        cfg = self.config
+        cfg, learner = self.config, self.learner
         start = time.perf_counter()
         guarded = cfg.guard and bool(self.heldout)
         if guarded:
-            heldout = Batch.of(list(self.heldout))
-            before = greedy_acceptance(self.model, heldout)
-            saved = self._snapshot()
-        batch = Batch.of(list(self.buffer)[-cfg.batch :])
+            before = learner.acceptance(list(self.heldout))
+            saved = learner.state()
+        batch = list(self.buffer)[-cfg.batch :]
         for _ in range(cfg.steps):
-            self.optimizer.zero_grad(set_to_none=True)
-            loss, l_dm, l_ngram = batch_loss(self.model, batch, self.mapped, cfg.lam, cfg.use_kl)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.params, 1.0)
-            self.optimizer.step()
+            losses = learner.step(batch)
             self.stats.steps += 1
-        self.stats.last_loss, self.stats.last_l_dm, self.stats.last_l_ngram = (
-            loss.item(), l_dm.item(), l_ngram.item())
+        self.stats.last_loss, self.stats.last_l_dm, self.stats.last_l_ngram = losses
         kept = True
         if guarded:
-            after = greedy_acceptance(self.model, heldout)
+            after = learner.acceptance(list(self.heldout))
             self.stats.holdout_before, self.stats.holdout_after = before, after
             if after < before:
-                self._restore(saved)
+                learner.load_state(saved)
                 self.stats.rollbacks += 1
                 kept = False
         self.stats.updates += 1
         self.stats.update_seconds.append(time.perf_counter() - start)
         self.save()
         return kept
-
-    def _trainable_state(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach().clone() for n, p in self.trainable.items()}
-
-    def _snapshot(self):
-        return self._trainable_state(), copy.deepcopy(self.optimizer.state_dict())
-
-    def _restore(self, snapshot) -> None:
-        weights, opt = snapshot
-        self._load_weights(weights)
-        self.optimizer.load_state_dict(opt)
-
-    def _load_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        copy_into(self.trainable, weights)
-        forget_merged(self.model)
 
     def summary(self) -> dict:
         s = self.stats
@@ -190,18 +161,9 @@ class OnlineAdapter:
 
     @property
     def extra_bytes(self) -> dict[str, int]:
-        """Memory adaptation adds: trainable tensors, optimizer state, buffered examples."""
-        trainable = sum(p.numel() * p.element_size() for p in self.params)
-        opt = sum(
-            t.numel() * t.element_size()
-            for s in self.optimizer.state.values()
-            for t in s.values()
-            if torch.is_tensor(t)
-        )
+        """Memory adaptation adds: trainable tensors, optimizer state, merged weights, buffered examples."""
         examples = sum(e.nbytes for e in list(self.buffer) + list(self.heldout))
-        merged = sum(m.base.weight.numel() * m.base.weight.element_size()
-                     for m in self.model.modules() if isinstance(m, LoRALinear))
-        return {"trainable": trainable, "optimizer": opt, "examples": examples, "merged_weights": merged}
+        return {**self.learner.extra_bytes(), "examples": examples}
 
     # -- persistence ------------------------------------------------------------------------
     def save(self) -> None:
@@ -212,8 +174,7 @@ class OnlineAdapter:
             "format": FORMAT,
             "version": VERSION,
             "meta": self.meta,
-            "weights": self._trainable_state(),
-            "optimizer": self.optimizer.state_dict(),
+            "state": self.learner.state(),
             "stats": asdict(self.stats),
         }
         buf = io.BytesIO()
@@ -234,8 +195,7 @@ class OnlineAdapter:
                 raise AdapterFileError(f"adapter format version {payload.get('version')}, expected {VERSION}")
             if payload["meta"] != self.meta:
                 raise AdapterFileError("made for another drafter, target or LoRA configuration")
-            self._load_weights(payload["weights"])
-            self.optimizer.load_state_dict(payload["optimizer"])
+            self.learner.load_state(payload["state"])
             self.stats = AdaptStats(**payload["stats"])
         except AdapterFileError:
             raise
@@ -255,6 +215,8 @@ def attach(model, bridge, config: AdaptConfig, state_path: Path | None, meta: di
         adapter.load(state_path)
     except AdapterFileError as e:
         _set_aside(state_path, "bad", f"adapter {state_path.name} is {e}; starting a fresh adapter", warn)
+    else:
+        warn(f"[omnidraft] resumed adapter {state_path.name} ({adapter.stats.updates} updates so far)")
     return adapter
 
 

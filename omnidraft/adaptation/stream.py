@@ -71,7 +71,8 @@ def run_stream(
         if current.prompts == window or i == len(prompts) - 1:
             summary = current.summary()
             if decoder.adapter is not None:
-                summary.update(updates=decoder.adapter.stats.updates, rollbacks=decoder.adapter.stats.rollbacks)
+                summary.update(updates=decoder.adapter.stats.updates,  # cumulative, as of the window's end
+                               rollbacks=decoder.adapter.stats.rollbacks)
             windows.append(summary)
             current = Window()
     return windows, outputs

@@ -46,6 +46,10 @@ def export_bundle(
     max_draft_len: int = 8,
     drafter_context: int | None = None,
     chunk: int = 16,
+    with_training: bool = False,
+    train_window: int = 128,
+    lora=None,
+    lam: float = 0.2,
 ) -> Path:
     """Export both models in each format into the bundle folder `out`."""
     for fmt in formats:
@@ -55,6 +59,8 @@ def export_bundle(
         raise OmniDraftError("max draft length must be at least 1")
     if max_context < max_draft_len + 2:
         raise OmniDraftError("max context must exceed the max draft length + 1")
+    if with_training and "executorch" not in formats:
+        raise OmniDraftError("--with-training builds ExecuTorch programs: use --format executorch or both")
     out = Path(out)
     paths = {"target": resolve_model_path(target, DEFAULT_TARGET), "drafter": resolve_model_path(drafter, DEFAULT_DRAFTER)}
     contexts = {"target": max_context, "drafter": drafter_context or 2 * max_context}
@@ -83,6 +89,9 @@ def export_bundle(
 
                     meta = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call, quant)
                     graphs["executorch"] = f"{role}.pte"
+            if role == "drafter" and with_training:
+                training = _export_training(load_model(path), tmp, vocabs, graphs, contexts[role], tokens_per_call,
+                                            train_window, lora, lam)
             models[role] = {
                 "name": path.name,
                 "vocab_size": meta["vocab_size"],
@@ -120,8 +129,26 @@ def export_bundle(
             "eos_ids": sorted(eos_ids(tv)),
             "chat_eos_ids": sorted(eos_ids(tv, chat=True)),
             "ngram_cache": cache_name,
+            "training": training if with_training else None,
             "files": files,
         }
         (tmp / "bundle.json").write_text(json.dumps(manifest, indent=1))
     log(f"[omnidraft] bundle written to {out} in {time.perf_counter() - start:.0f}s")
     return out
+
+
+def _export_training(model, tmp: Path, vocabs, graphs: dict, context: int, tokens_per_call: int, window: int,
+                     lora, lam: float) -> dict:
+    """drafter_train.pte + drafter_lora.pte (fp32: training needs full-precision weights)."""
+    from ..adaptation.examples import Mapping
+    from ..adaptation.lora import LoRAConfig
+    from .training_export import export_lora_drafter, export_training, lora_model
+
+    lora = lora or LoRAConfig()
+    mapping = Mapping.from_bridge(VocabBridge(vocabs["drafter"], vocabs["target"]))
+    model = lora_model(model, lora)
+    train = export_training(model, tmp / "drafter_train.pte", window, mapping.draft_ids, lam)
+    meta = export_lora_drafter(model, tmp / "drafter_lora.pte", context, tokens_per_call)
+    graphs["executorch_train"] = "drafter_train.pte"
+    graphs["executorch_lora"] = "drafter_lora.pte"
+    return {**train, "lora": lora.to_dict(), "lora_inputs": meta["lora_inputs"]}

@@ -26,6 +26,7 @@ class ExecuTorchRunner(ModelRunner):
         super().__init__(int(meta["vocab_size"]), int(meta["max_context"]), int(meta["max_tokens_per_call"]))
         self.name = name
         self._torch = torch
+        self.extra_inputs: list = []  # e.g. the live LoRA tensors of an adapting drafter (drafter_lora.pte)
         try:
             with _quiet_stderr():  # the C++ runtime logs CPU probing noise on first use
                 self.method = Runtime.get().load_program(str(path)).load_method("forward")
@@ -36,7 +37,7 @@ class ExecuTorchRunner(ModelRunner):
         torch = self._torch
         ids = torch.from_numpy(np.ascontiguousarray(tokens)).reshape(1, -1)
         pos = torch.arange(start, start + len(tokens), dtype=torch.long).reshape(1, -1)
-        (logits,) = self.method.execute([ids, pos])
+        (logits,) = self.method.execute([ids, pos, *self.extra_inputs])
         return logits[0, -n_logits:].numpy()
 
 

@@ -1,0 +1,153 @@
+"""The on-device adaptation graphs (`omnidraft export --with-training`).
+
+Two ExecuTorch programs for the drafter, sharing one LoRA layout:
+  - drafter_train.pte: one LoRA-only training step's forward and backward.
+    Inputs are a fixed window of W draft tokens (the sequence length of a
+    transformer graph is fixed at lowering) and the loss's rows, padded with
+    zero weights: (ids [1, W], kl_rows [W], kl_target [W, |M|], kl_weight [W],
+    nll_rows [W], nll_labels [W], nll_weight [W]) -> (loss, L_DM, L_ngram).
+    Only the LoRA tensors are parameters (exposed, with gradients); the base
+    weights are constants. The phone applies ExecuTorch's SGD to them.
+  - drafter_lora.pte: the drafter's decoding graph (KV cache inside, XNNPACK)
+    that takes the LoRA tensors as extra inputs, in the order of
+    bundle.json's "lora_inputs". The runtime feeds the training program's
+    current parameters, so an update is used by the very next drafter call;
+    no re-export, no weight merging on the phone.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..adaptation.examples import Example
+from ..adaptation.lora import LoRAConfig, add_lora, lora_parameters
+from ..adaptation.loss import hybrid_loss, logits_at
+from ..progress import stage
+from .kv_wrapper import BufferKVModel, kv_shape
+
+
+class TrainingStep(nn.Module):
+    """The hybrid loss of one padded window, as a module whose first output is the loss."""
+
+    def __init__(self, model, mapped_draft_ids: np.ndarray, lam: float):
+        super().__init__()
+        self.model = model
+        self.register_buffer("mapped", torch.from_numpy(np.asarray(mapped_draft_ids, dtype=np.int64)))
+        self.lam = lam
+
+    def forward(self, ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight):
+        rows = torch.cat([kl_rows, nll_rows])
+        logits = logits_at(self.model, ids, rows)
+        n = kl_rows.shape[0]
+        loss, l_dm, l_ngram = hybrid_loss(
+            logits[:n], kl_target, kl_weight, logits[n:], nll_labels, nll_weight, self.mapped, self.lam)
+        return loss, l_dm.detach(), l_ngram.detach()  # only the loss is differentiated
+
+
+def window_inputs(example: Example, window: int, n_mapped: int, pad_id: int = 0) -> list[torch.Tensor]:
+    """An example's last `window` tokens as the training program's fixed-shape inputs."""
+    e = example.window(window)
+    ids = np.full((1, window), pad_id, dtype=np.int64)
+    ids[0, : len(e)] = e.ids
+
+    def rows(pos):  # padded row indices and 0/1 weights
+        r = np.zeros(window, dtype=np.int64)
+        w = np.zeros(window, dtype=np.float32)
+        r[: len(pos)] = pos
+        w[: len(pos)] = 1.0
+        return r, w
+
+    kl_rows, kl_weight = rows(e.kl_pos)
+    kl_target = np.zeros((window, n_mapped), dtype=np.float32)
+    kl_target[: len(e.kl_pos)] = e.kl_target
+    nll_rows, nll_weight = rows(e.nll_pos)
+    nll_labels = np.zeros(window, dtype=np.int64)
+    nll_labels[: len(e.nll_pos)] = e.ids[e.nll_pos + 1]
+    return [torch.from_numpy(a) for a in (ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight)]
+
+
+def lora_model(model, lora: LoRAConfig):
+    """A copy of the drafter with fresh LoRA adapters (eager attention: exportable backward)."""
+    model = copy.deepcopy(model)
+    model.config._attn_implementation = "eager"
+    add_lora(model, lora)
+    return model
+
+
+def _core_aten_empty(ep):
+    """SiLU's backward creates aten.empty_permuted, which the edge dialect rejects: use aten.empty."""
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and node.target == torch.ops.aten.empty_permuted.default:
+            size, _perm = node.args[:2]
+            node.target = torch.ops.aten.empty.memory_format
+            node.args = (size,)
+    ep.graph_module.recompile()
+    return ep
+
+
+def export_training(model, path: Path, window: int, mapped_draft_ids, lam: float) -> dict:
+    """drafter_train.pte from a drafter that already carries LoRA adapters."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+    from torch.export.experimental import _export_forward_backward
+
+    step = TrainingStep(model, mapped_draft_ids, lam)
+    example = window_inputs(
+        Example(np.ones(window, np.int64), np.zeros(0, np.int64), np.zeros((0, len(mapped_draft_ids)), np.float16),
+                np.zeros(0, np.int64)), window, len(mapped_draft_ids))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with stage(f"executorch: export of the training step ({path.name}, window {window})"):
+            ep = torch.export.export(step, tuple(example), strict=False)
+            ep = _export_forward_backward(ep)
+            ep = _core_aten_empty(ep)
+        with stage(f"executorch: lowering {path.name} (portable kernels)"):
+            program = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch()
+    path.write_bytes(program.buffer)
+    return {"window": window, "lam": lam, "mapped": len(mapped_draft_ids)}
+
+
+class LoRAInputModel(nn.Module):
+    """The decoding graph with the LoRA tensors as inputs instead of weights."""
+
+    def __init__(self, model, max_context: int):
+        super().__init__()
+        self.inner = BufferKVModel(model, max_context)
+        self.names = [f"model.{n}" for n in lora_parameters(model)]
+
+    def forward(self, input_ids, position_ids, *lora):
+        return torch.func.functional_call(self.inner, dict(zip(self.names, lora)), (input_ids, position_ids),
+                                          strict=False, tie_weights=False)
+
+
+def export_lora_drafter(model, path: Path, max_context: int, max_tokens: int) -> dict:
+    """drafter_lora.pte: decoding with LoRA tensors fed at every call (base weights on XNNPACK)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    model.config._attn_implementation = "sdpa"
+    wrapper = LoRAInputModel(model.eval(), max_context).eval()
+    lora = [p.detach().clone() for p in lora_parameters(model).values()]
+    n = min(2, max_tokens)
+    example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0), *lora)
+    seq = torch.export.Dim("seq", min=1, max=max_tokens)
+    dynamic = ({1: seq}, {1: seq}, tuple(None for _ in lora))  # *lora arrives as one tuple
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        with stage(f"executorch: torch.export of {path.name}"):
+            ep = torch.export.export(wrapper, example, dynamic_shapes=dynamic, strict=False)
+        with stage(f"executorch: lowering {path.name} to XNNPACK"):
+            program = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
+    path.write_bytes(program.buffer)
+    return {
+        "kv_shape": list(kv_shape(model.config, max_context)),
+        "vocab_size": int(model.config.get_text_config().vocab_size),
+        "max_context": max_context,
+        "max_tokens_per_call": max_tokens,
+        "lora_inputs": [[n.removeprefix("model."), list(t.shape)] for n, t in zip(wrapper.names, lora)],
+    }
