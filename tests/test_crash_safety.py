@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,6 +45,70 @@ def test_sigkill_while_saving_never_corrupts(tmp_path, trials):
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "cache.json"]
     # a kill between create and rename can leave a temp file behind; it is never the real name
     assert all(name.startswith(".cache.json.") and name.endswith(".tmp") for name in leftovers)
+
+
+ADAPTER_SAVER = r"""
+import sys
+from pathlib import Path
+import torch
+from omnidraft.adaptation.lora import lora_parameters
+from omnidraft.adaptation.online import AdaptConfig, attach
+from omnidraft.models import DEFAULT_DRAFTER, load_tokenizer, resolve_model_path
+from omnidraft.runtime.bridge import VocabBridge
+from omnidraft.runtime.vocab import Vocab
+from tests.conftest import tiny_model
+
+path, = sys.argv[1:]
+drafter = resolve_model_path(None, DEFAULT_DRAFTER)
+vocab = Vocab.from_tokenizer(load_tokenizer(drafter))
+adapter = attach(tiny_model(drafter, seed=2), VocabBridge(vocab, vocab), AdaptConfig(), Path(path), {}, False, print)
+params = lora_parameters(adapter.learner.model)
+version = adapter.stats.updates
+while True:  # every save: all LoRA tensors and the update counter hold the same number
+    version += 1
+    with torch.no_grad():
+        for p in params.values():
+            p.fill_(version)
+    adapter.stats.updates = version
+    adapter.save()
+    print(version, flush=True)
+"""
+
+
+@pytest.mark.parametrize("trials", [int(os.environ.get("OMNIDRAFT_CRASH_TRIALS", "4"))])
+def test_sigkill_while_saving_the_adapter_never_corrupts(tmp_path, trials, drafter_path, draft_vocab):
+    """Killed at any moment, a restart resumes the last complete adapter: old or new, never torn."""
+    import torch
+
+    from omnidraft.adaptation.lora import lora_parameters
+    from omnidraft.adaptation.online import AdaptConfig, attach
+    from omnidraft.runtime.bridge import VocabBridge
+
+    from .conftest import tiny_model
+
+    path = tmp_path / "adapter.pt"
+    rng = np.random.default_rng(1)
+    root = Path(__file__).resolve().parent.parent
+    last = 0
+    for trial in range(trials):
+        proc = subprocess.Popen([sys.executable, "-c", ADAPTER_SAVER, str(path)], stdout=subprocess.PIPE, text=True,
+                                cwd=root)
+        while not proc.stdout.readline().strip().isdigit():  # started saving (after its own start-up)
+            assert proc.poll() is None, "the saver died on its own"
+        time.sleep(float(rng.uniform(0.0, 0.5)))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        messages = []
+        adapter = attach(tiny_model(drafter_path, seed=2), VocabBridge(draft_vocab, draft_vocab), AdaptConfig(), path,
+                         {}, False, messages.append)
+        assert messages and "resumed adapter" in messages[0], messages  # not set aside as bad
+        version = adapter.stats.updates
+        assert version > last  # every trial resumed and saved at least once more
+        for p in lora_parameters(adapter.learner.model).values():
+            torch.testing.assert_close(p, torch.full_like(p, version), rtol=0, atol=0)
+        last = version
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "adapter.pt"]
+    assert all(name.startswith(".adapter.pt.") and name.endswith(".tmp") for name in leftovers)
 
 
 def test_unwritable_state_folder_still_generates(tmp_path, monkeypatch, tiny_target, tiny_drafter, target_vocab,
