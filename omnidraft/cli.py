@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=_probability, default=1.0)
     gen.add_argument("--draft-len", type=_positive_int, default=4, help="draft tokens per round")
     gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--strict-sampling", action="store_true",
+                     help="cross-vocabulary sampling exactly lossless (direct mappings only, no n-gram merges)")
     gen.add_argument("--chat", action="store_true", help="apply the target's chat template")
     gen.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
     gen.add_argument("--no-speculation", action="store_true", help="target-only baseline, same runner")
@@ -123,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--temperature", type=_non_negative_float, default=0.0)
     sim.add_argument("--top-p", type=_probability, default=1.0)
     sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--strict-sampling", action="store_true",
+                     help="cross-vocabulary sampling exactly lossless (direct mappings only, no n-gram merges)")
 
     md = sub.add_parser("make-drafter", help="distil a small, fast drafter from a larger one")
     md.add_argument("--from", dest="source", help="teacher checkpoint (default: SmolLM2-135M-Instruct)")
@@ -304,6 +308,7 @@ def cmd_generate(args) -> int:
         stop_strings=tuple(args.stop),
         eos_ids=pair.eos_ids(args.chat),
         speculative=not args.no_speculation,
+        strict_sampling=args.strict_sampling,
     )
     stream = None if args.json else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
     result = pair.decoder.generate(ids, config, on_text=stream)

@@ -131,6 +131,7 @@ def run(args) -> int:
         return GenerationConfig(
             max_new_tokens=args.max_new_tokens, draft_len=args.draft_len,
             sampler=Sampler(args.temperature, args.top_p), seed=args.seed, eos_ids=sim.pair.eos_ids(chat),
+            strict_sampling=args.strict_sampling,
         )
 
     print(f"[simulator] {sim.pair.drafter_name} -> {sim.pair.target_name} on onnxruntime, "

@@ -112,3 +112,89 @@ def byte_vocab(size: int) -> Vocab:
     for i, b in enumerate(token_bytes):
         byte_tokens[b[0]] = i
     return Vocab(None, token_bytes, np.zeros(size, bool), np.zeros(size, bool), byte_tokens, f"letters{size}")
+
+
+def letters_vocab(pieces: list[str], merges: list[tuple[str, str]]) -> Vocab:
+    """A tiny real BPE tokenizer (HF tokenizers) over a few letters, as a Vocab."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import BPE
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(BPE({p: i for i, p in enumerate(pieces)}, merges)))
+    token_bytes = [p.encode() for p in pieces]
+    byte_tokens = [-1] * 256
+    for i, b in enumerate(token_bytes):
+        if len(b) == 1:
+            byte_tokens[b[0]] = i
+    n = len(pieces)
+    return Vocab(tokenizer, token_bytes, np.zeros(n, bool), np.zeros(n, bool), byte_tokens, "letters-" + "-".join(pieces))
+
+
+def letters_cross_pair(target_table: np.ndarray, draft_table: np.ndarray):
+    """Bigram target over {A, B, C, AB} and bigram drafter over {A, B, C, BC}: different vocabularies.
+
+    Target "AB" is two draft tokens (an n-gram merge once the cache learns it);
+    draft "BC" has no target twin (a split). Small enough to enumerate the law.
+    """
+    from omnidraft.runtime.decoding import SpeculativeDecoder
+    from omnidraft.runtime.ngram_cache import NGramCache
+
+    target_vocab = letters_vocab(["A", "B", "C", "AB"], [("A", "B")])
+    draft_vocab = letters_vocab(["A", "B", "C", "BC"], [("B", "C")])
+    dec = SpeculativeDecoder(bigram_runner(target_table), target_vocab, bigram_runner(draft_table), draft_vocab)
+    dec.ngram_cache = NGramCache(dec.bridge.pair_id)
+    return dec
+
+
+def exact_distribution(table, prompt_token, n):
+    """P(sequence) of n tokens sampled from a bigram table, by enumeration."""
+    import itertools
+
+    probs = np.exp(table - table.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    v = table.shape[0]
+    dist = {}
+    for seq in itertools.product(range(v), repeat=n):
+        p, prev = 1.0, prompt_token
+        for t in seq:
+            p *= probs[prev, t]
+            prev = t
+        dist[seq] = p
+    return dist
+
+
+def sample_law(dec, prompt, n: int, runs: int, **config) -> tuple[dict, dict]:
+    """Empirical law of n-token outputs over `runs` seeds, with acceptance and n-gram proposal counts."""
+    from omnidraft.runtime.decoding import GenerationConfig
+    from omnidraft.runtime.sampling import Sampler
+
+    counts, totals = {}, {"accepted": 0, "drafted": 0, "ngram_cache_hits": 0}
+    for seed in range(runs):
+        got = dec.generate(prompt, GenerationConfig(max_new_tokens=n, sampler=Sampler(1.0), seed=seed, **config))
+        key = tuple(got.token_ids)
+        counts[key] = counts.get(key, 0) + 1
+        for name in totals:
+            totals[name] += got.stats[name]
+    totals["acceptance"] = totals["accepted"] / max(totals["drafted"], 1)
+    return counts, totals
+
+
+def chi_square_p(counts: dict, law: dict, runs: int) -> float:
+    """Goodness of fit of observed outcome counts to an exact law (rare outcomes pooled to >= 5 expected)."""
+    keys = sorted(law)
+    expected = np.array([law[k] * runs for k in keys])
+    observed = np.array([counts.get(k, 0) for k in keys])
+    assert observed.sum() == runs  # no outcome outside the law's support
+    exp_cells, obs_cells, e_acc, o_acc = [], [], 0.0, 0
+    for i in np.argsort(expected):
+        e_acc += expected[i]
+        o_acc += observed[i]
+        if e_acc >= 5:
+            exp_cells.append(e_acc)
+            obs_cells.append(o_acc)
+            e_acc, o_acc = 0.0, 0
+    exp_cells[-1] += e_acc
+    obs_cells[-1] += o_acc
+    from scipy import stats
+
+    return stats.chisquare(obs_cells, exp_cells)[1]

@@ -5,19 +5,17 @@ same vocabulary and across vocabularies; sampling with one vocabulary must
 reproduce the target's distribution.
 """
 
-import itertools
 
 import numpy as np
 import pytest
-from scipy import stats as scipy_stats
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.ngram_cache import NGramCache
 from omnidraft.runtime.runner import EagerRunner
-from omnidraft.runtime.sampling import Sampler
 
-from .conftest import bigram_runner, byte_vocab, tiny_model
+from .conftest import (bigram_runner, byte_vocab, chi_square_p, exact_distribution, letters_cross_pair, sample_law,
+                       tiny_model)
 
 PROMPTS = [
     "def add(a, b):\n    return",
@@ -38,8 +36,8 @@ def test_greedy_cross_vocab_equals_target_only(prompt, draft_len, tiny_target, t
     want = baseline(tiny_target, target_vocab, ids, 24)
     dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
     dec.ngram_cache = NGramCache(dec.bridge.pair_id)
-    for _ in range(2):  # the second run proposes through what the cache learned in the first
-        got = dec.generate(ids, GenerationConfig(max_new_tokens=24, draft_len=draft_len))
+    for strict in (False, False, True):  # the second run proposes through what the cache learned in the first
+        got = dec.generate(ids, GenerationConfig(max_new_tokens=24, draft_len=draft_len, strict_sampling=strict))
         assert got.token_ids == want.token_ids
         assert got.text == want.text
         assert got.stats["drafted"] > 0 and got.stats["accepted"] <= got.stats["drafted"]
@@ -102,21 +100,6 @@ def test_streaming_pieces_add_up_to_the_text(tiny_target, tiny_drafter, target_v
     assert "".join(pieces) == got.text and len(pieces) > 1
 
 
-def exact_distribution(table, prompt_token, n):
-    """P(sequence) of n tokens sampled from a bigram table, by enumeration."""
-    probs = np.exp(table - table.max(axis=1, keepdims=True))
-    probs /= probs.sum(axis=1, keepdims=True)
-    v = table.shape[0]
-    dist = {}
-    for seq in itertools.product(range(v), repeat=n):
-        p, prev = 1.0, prompt_token
-        for t in seq:
-            p *= probs[prev, t]
-            prev = t
-        dist[seq] = p
-    return dist
-
-
 def test_sampling_same_vocab_reproduces_target_distribution():
     """Chi-square: 3-token continuations from speculative sampling follow the target's law."""
     v, n, runs = 5, 3, 4000
@@ -125,33 +108,27 @@ def test_sampling_same_vocab_reproduces_target_distribution():
     draft_table = target_table + rng.normal(0, 1.5, size=(v, v))  # a related but wrong drafter
     vocab = byte_vocab(v)
     dec = SpeculativeDecoder(bigram_runner(target_table), vocab, bigram_runner(draft_table), vocab)
-    counts = {}
-    accepted = drafted = 0
-    for seed in range(runs):
-        got = dec.generate([0], GenerationConfig(max_new_tokens=n, draft_len=2, sampler=Sampler(1.0), seed=seed))
-        key = tuple(got.token_ids)
-        counts[key] = counts.get(key, 0) + 1
-        accepted += got.stats["accepted"]
-        drafted += got.stats["drafted"]
-    want = exact_distribution(target_table, 0, n)
-    keys = sorted(want)
-    expected = np.array([want[k] * runs for k in keys])
-    observed = np.array([counts.get(k, 0) for k in keys])
-    # pool rare outcomes so every cell expects at least 5
-    order = np.argsort(expected)
-    exp_cells, obs_cells, e_acc, o_acc = [], [], 0.0, 0
-    for i in order:
-        e_acc += expected[i]
-        o_acc += observed[i]
-        if e_acc >= 5:
-            exp_cells.append(e_acc)
-            obs_cells.append(o_acc)
-            e_acc, o_acc = 0.0, 0
-    exp_cells[-1] += e_acc
-    obs_cells[-1] += o_acc
-    _, p_value = scipy_stats.chisquare(obs_cells, exp_cells)
-    assert p_value > 1e-3, p_value
-    assert 0.2 < accepted / drafted < 0.95  # both the accept and the residual paths were exercised
+    counts, totals = sample_law(dec, [0], n, runs, draft_len=2)
+    assert chi_square_p(counts, exact_distribution(target_table, 0, n), runs) > 1e-3
+    assert 0.2 < totals["acceptance"] < 0.95  # both the accept and the residual paths were exercised
+
+
+def test_strict_sampling_cross_vocab_reproduces_target_distribution():
+    """--strict-sampling: across vocabularies (merges and splits possible), the target's law exactly."""
+    n, runs = 3, 4000
+    rng = np.random.default_rng(0)
+    target_table = rng.normal(0, 1.5, size=(4, 4))  # over A, B, C, AB
+    # The drafter over A, B, C, BC: near the target's law for the letters it shares.
+    draft_table = np.zeros((4, 4))
+    draft_table[:3, :3] = target_table[:3, :3] + rng.normal(0, 1.0, size=(3, 3))
+    draft_table[3] = draft_table[2]
+    dec = letters_cross_pair(target_table, draft_table)
+    assert dec.cross_vocab
+    _, default = sample_law(dec, [0], n, 200, draft_len=2)
+    assert default["ngram_cache_hits"] > 0  # without strict mode this pair merges draft runs
+    counts, strict = sample_law(dec, [0], n, runs, draft_len=2, strict_sampling=True)
+    assert chi_square_p(counts, exact_distribution(target_table, 0, n), runs) > 1e-3
+    assert 0.2 < strict["acceptance"] < 0.95 and strict["ngram_cache_hits"] == 0
 
 
 def test_prefix_reuse_across_calls_is_exact(tiny_target, tiny_drafter, target_vocab, draft_vocab):

@@ -39,6 +39,10 @@ class GenerationConfig:
     stop_strings: tuple[str, ...] = ()
     eos_ids: frozenset[int] = frozenset()
     speculative: bool = True
+    # Cross-vocabulary sampling made exactly lossless: the drafter samples only among
+    # directly mapped tokens (renormalized) and no n-gram merges or splits are
+    # proposed, so q' is exactly the law each proposal was drawn from.
+    strict_sampling: bool = False
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -148,8 +152,10 @@ class SpeculativeDecoder:
             if speculative and max_props > 0 and draft_seq:
                 k = min(config.draft_len, drafter.max_context - len(draft_seq) + 1, max_props)
                 if k > 0:
-                    draft_ids, draft_q, draft_probs = self._draft(draft_seq, k, sampler, rng, counters)
-                    proposal = self.bridge.propose(draft_ids, draft_q, self.ngram_cache, max_props)
+                    strict = config.strict_sampling and self.cross_vocab
+                    draft_ids, draft_q, draft_probs = self._draft(draft_seq, k, sampler, rng, counters, strict)
+                    cache = None if strict else self.ngram_cache
+                    proposal = self.bridge.propose(draft_ids, draft_q, cache, max_props)
             m = len(proposal) if proposal is not None else 0
 
             # verify: the target's pending token plus all proposals in one call
@@ -199,8 +205,11 @@ class SpeculativeDecoder:
         stats["prompt_tokens_reused"] = reused
         return GenerationResult(out.text, generated, stop_reason, stats)
 
-    def _draft(self, draft_seq, k, sampler, rng, counters):
-        """Sample up to k draft tokens; stop early at a token no target token can follow."""
+    def _draft(self, draft_seq, k, sampler, rng, counters, strict: bool = False):
+        """Sample up to k draft tokens; stop early at a token no target token can follow.
+
+        strict: sample only among draft tokens with a direct target twin.
+        """
         drafter = self.drafter
         if drafter.position >= len(draft_seq):  # nothing new to feed (the last text was unspellable)
             drafter.rollback(len(draft_seq) - 1)
@@ -208,7 +217,14 @@ class SpeculativeDecoder:
         counters.drafter_calls += 1
         ids, qs, dists = [], [], []
         special = self.bridge.draft.special
+        unmapped = None
+        if strict:
+            unmapped = np.ones(len(logits), dtype=bool)
+            n = min(len(logits), len(self.bridge.draft_to_target))
+            unmapped[:n] = self.bridge.draft_to_target[:n] < 0
         for i in range(k):
+            if unmapped is not None:
+                logits = np.where(unmapped, -np.inf, logits)
             d, probs = sampler.choose(logits, rng)
             if not self.bridge.identity and (d >= len(special) or special[d]):
                 break
