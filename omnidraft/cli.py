@@ -440,6 +440,10 @@ def cmd_adapt(args) -> int:
         pair.save_cache()
     if held:
         report["eval_after"] = evaluate(dec, held, config)[0]
+    stats = dec.adapter.stats
+    report["adaptation"] = {**dec.adapter.summary(), "learner": dec.adapter.learner.identity()["learner"],
+                            "seconds_per_step": sum(stats.update_seconds) / max(stats.steps, 1),
+                            "extra_bytes": dec.adapter.extra_bytes}
     if args.json:
         print(json.dumps(report))
         return 0
@@ -448,6 +452,9 @@ def cmd_adapt(args) -> int:
     for i, w in enumerate(report["windows"], 1):
         print(f"{i:>6}  {w['prompts']:>7}  {w['acceptance_rate']:>10.3f}  {w['tokens_per_target_call']:>11.2f}  "
               f"{w['tokens_per_s']:>5.1f}  {w['updates']}({w['rollbacks']})")
+    a = report["adaptation"]
+    print(f"{a['updates']} updates ({a['rollbacks']} rolled back) on {a['learner']}, "
+          f"{a['seconds_per_step']:.1f} s per step, {sum(a['extra_bytes'].values()) / 1e6:.0f} MB extra memory")
     if held:
         b, a = report["eval_before"], report["eval_after"]
         print(f"held-out ({len(held)} prompts): acceptance {b['acceptance_rate']:.3f} -> {a['acceptance_rate']:.3f}, "

@@ -127,6 +127,8 @@ def test_adapt_stream_on_the_real_pair(tmp_path, target_path, drafter_path):
     report = json.loads(proc.stdout)
     assert [w["prompts"] for w in report["windows"]] == [2, 1]
     assert report["windows"][-1]["updates"] == 2  # so far; the first generation is held out for the guard
+    assert report["adaptation"]["updates"] == 2 and report["adaptation"]["learner"] == "eager"
+    assert report["adaptation"]["seconds_per_step"] > 0 and report["adaptation"]["extra_bytes"]["trainable"] > 0
     assert all(0 <= w["acceptance_rate"] <= 1 and w["tokens_per_target_call"] >= 1 for w in report["windows"])
     (adapter,) = (tmp_path / "adapters").glob("*--ci.pt")
     assert adapter == tmp_path / "adapters" / adapter.name and report["adapter"] == str(adapter)
