@@ -133,8 +133,8 @@ def render_table(r: dict) -> str:
         lines.append(f"| {row['seed']} | {row['mode']} | {row['tv']:.4f} | {row['noise_floor']:.4f} | "
                      f"{row['chi_square_p']:.2g} | {row['acceptance']:.3f} | {row['ngram_proposals_per_run']:.2f} |")
     if r.get("real_pair"):
-        lines += ["", f"Real pair (smollm2-135m-instruct -> gemma-3-270m, eager), temperature 1, draft length 4, "
-                      f"same prompts and seeds:", "",
+        lines += ["", "Real pair (smollm2-135m-instruct -> gemma-3-270m, eager), temperature 1, draft length 4, "
+                      "same prompts and seeds:", "",
                   "| mode | prompts | acceptance | tokens / target call |", "|---|---|---|---|"]
         for row in r["real_pair"]:
             lines.append(f"| {row['mode']} | {row['prompts']} | {row['acceptance']:.3f} | "
