@@ -9,7 +9,7 @@ PROMPT ?= Once upon a time, in a small village by the sea,
 
 BUNDLES := $(or $(OMNIDRAFT_HOME),$(HOME)/.cache/omnidraft)/bundles
 
-.PHONY: install prepare demo test test-fast test-bundles bundles bench bench-backends bench-peers clean
+.PHONY: install prepare demo test test-fast test-bundles bundles bench bench-backends bench-peers bench-adapt bench-sampling clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,19 @@ bench-peers: prepare
 
 bench: prepare
 	$(BIN)/python benchmarks/core_pair.py --out benchmarks/results/core_pair
+
+# Online adaptation (long: about 500 generations of the real pair plus updates) and the cross-vocabulary
+# sampling bias (about 15 minutes here, while another job ran).
+bench-adapt: prepare
+	$(BIN)/python benchmarks/adaptation.py --out benchmarks/results/adaptation_code --domains code \
+		--stream 40 --window 10 --heldout 8 --max-new-tokens 24 --forgetting code:prose
+	$(BIN)/python benchmarks/adaptation.py --out benchmarks/results/adaptation_prose_chat --domains prose,chat \
+		--configs cache,cache+hybrid-lora --stream 40 --window 10 --heldout 8 --max-new-tokens 24 --forgetting ""
+	$(BIN)/python benchmarks/plot.py
+
+bench-sampling: prepare
+	$(BIN)/python benchmarks/sampling_tv.py --out benchmarks/results/sampling_tv --runs 20000 --seeds 5 \
+		--real-prompts 4 --real-tokens 48
 
 clean:
 	rm -rf $(VENV) .pytest_cache
