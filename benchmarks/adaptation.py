@@ -103,12 +103,7 @@ def main() -> int:
                 other = forgetting[domain]
                 run["forgetting"] = {"eval_domain": other, **evaluate(dec, heldout[other], gen)[0]}
             if dec.adapter is not None:
-                steps = max(dec.adapter.stats.steps, 1)
-                run["adaptation"] = {
-                    **dec.adapter.summary(),
-                    "seconds_per_step": sum(dec.adapter.stats.update_seconds) / steps,
-                    "extra_bytes": dec.adapter.extra_bytes,
-                }
+                run["adaptation"] = dec.adapter.report()
             if dec.ngram_cache is not None:
                 run["ngram_cache_entries"] = len(dec.ngram_cache)
                 run["ngram_cache_bytes"] = len(json.dumps(dec.ngram_cache.to_json()))

@@ -440,10 +440,7 @@ def cmd_adapt(args) -> int:
         pair.save_cache()
     if held:
         report["eval_after"] = evaluate(dec, held, config)[0]
-    stats = dec.adapter.stats
-    report["adaptation"] = {**dec.adapter.summary(), "learner": dec.adapter.learner.identity()["learner"],
-                            "seconds_per_step": sum(stats.update_seconds) / max(stats.steps, 1),
-                            "extra_bytes": dec.adapter.extra_bytes}
+    report["adaptation"] = dec.adapter.report()
     if args.json:
         print(json.dumps(report))
         return 0

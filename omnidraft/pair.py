@@ -116,9 +116,7 @@ def _executorch_learner(pair: Pair, config):
     from .adaptation.learners import ExecuTorchLearner
 
     bundle, drafter = pair.bundle, pair.decoder.drafter
-    training = bundle.manifest.get("training")
-    if not training or drafter.backend != "executorch":
-        raise OmniDraftError("on-device adaptation needs --backend executorch and a bundle exported --with-training")
+    training = _training_section(bundle, drafter.backend)
     graphs = bundle.model("drafter")["graphs"]
     names = [name for name, _shape in training["lora_inputs"]]
     n_mapped = len(Mapping.from_bridge(pair.decoder.bridge))
@@ -126,6 +124,14 @@ def _executorch_learner(pair: Pair, config):
         raise OmniDraftError("the bundle's training graph was exported for another vocabulary mapping")
     return ExecuTorchLearner(bundle.root / graphs["executorch_train"], names, int(training["window"]), n_mapped,
                              config.lr, drafter)
+
+
+def _training_section(bundle, backend: str) -> dict:
+    """The bundle's training programs' description; on-device adaptation needs it, on ExecuTorch."""
+    training = bundle.manifest.get("training")
+    if not training or backend != "executorch":
+        raise OmniDraftError("on-device adaptation needs --backend executorch and a bundle exported --with-training")
+    return training
 
 
 def _attach_cache(decoder, drafter_name, target_name, use_ngram_cache, size, seed_file=None):
@@ -172,10 +178,13 @@ def build_eager_pair(
     return Pair(decoder, target_path.name, drafter_path.name, decoder.target_vocab, cache_path)
 
 
-def open_runner(bundle, role: str, backend: str, threads: int | None):
-    """A runner over the bundle's graph for `role` on `backend` (onnxruntime or executorch)."""
+def open_runner(bundle, role: str, backend: str, threads: int | None, graph: str | None = None):
+    """A runner over the bundle's graph for `role` on `backend` (onnxruntime or executorch).
+
+    graph: another of the role's graphs by its bundle.json key (e.g. "executorch_lora").
+    """
     meta = bundle.model(role)
-    path = bundle.graph_path(role, backend)
+    path = bundle.root / meta["graphs"][graph] if graph else bundle.graph_path(role, backend)
     if backend == "onnxruntime":
         from .runtime.onnx_runner import OnnxRunner
 
@@ -213,16 +222,12 @@ def build_bundle_pair(
         decoder = SpeculativeDecoder(target, vocabs["target"])
         return Pair(decoder, names["target"], None, decoder.target_vocab, None, bundle)
     if lora_drafter:
-        if backend != "executorch" or not bundle.manifest.get("training"):
-            raise OmniDraftError("on-device adaptation needs --backend executorch and a bundle exported --with-training")
-        from .runtime.executorch_runner import ExecuTorchRunner
-
         import torch
 
-        drafter = ExecuTorchRunner(bundle.root / bundle.model("drafter")["graphs"]["executorch_lora"],
-                                   bundle.model("drafter"), name="drafter")
+        training = _training_section(bundle, backend)
+        drafter = open_runner(bundle, "drafter", backend, threads, graph="executorch_lora")
         # Zero adapters until a learner feeds its own: the drafter as exported.
-        drafter.extra_inputs = [torch.zeros(shape) for _name, shape in bundle.manifest["training"]["lora_inputs"]]
+        drafter.extra_inputs = [torch.zeros(shape) for _name, shape in training["lora_inputs"]]
     else:
         drafter = open_runner(bundle, "drafter", backend, threads)
     decoder = SpeculativeDecoder(target, vocabs["target"], drafter, vocabs["drafter"])

@@ -159,6 +159,12 @@ class OnlineAdapter:
             "heldout_acceptance_after": s.holdout_after,
         }
 
+    def report(self) -> dict:
+        """The summary plus what adaptation cost: learner, seconds per step (guard included), memory."""
+        s = self.stats
+        return {**self.summary(), "learner": self.learner.identity()["learner"],
+                "seconds_per_step": sum(s.update_seconds) / max(s.steps, 1), "extra_bytes": self.extra_bytes}
+
     @property
     def extra_bytes(self) -> dict[str, int]:
         """Memory adaptation adds: trainable tensors, optimizer state, merged weights, buffered examples."""

@@ -38,9 +38,6 @@ def quantize_linears(model, quant: str, group_size: int = 32) -> None:
 
 
 def export_executorch(model, path: Path, max_context: int, max_tokens: int, quant: str = "none") -> dict:
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
     path = Path(path)
     model.config._attn_implementation = "sdpa"
     if quant in ("8da4w", "8da8w"):
@@ -52,19 +49,30 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
     n = min(2, max_tokens)
     example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0))
     seq = torch.export.Dim("seq", min=1, max=max_tokens)
-    dynamic = {"input_ids": {1: seq}, "position_ids": {1: seq}}
+    lower_to_xnnpack(wrapper, example, {"input_ids": {1: seq}, "position_ids": {1: seq}}, path, strict=True)
+    return {**runner_meta(model, max_context, max_tokens), "quant": quant}
+
+
+def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict: bool) -> None:
+    """torch.export, XNNPACK lowering and writing of one decoding program, each a progress stage."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         with stage(f"executorch: torch.export of {path.name}"):
-            ep = torch.export.export(wrapper, example, dynamic_shapes=dynamic, strict=True)
+            ep = torch.export.export(wrapper, example, dynamic_shapes=dynamic_shapes, strict=strict)
         with stage(f"executorch: lowering {path.name} to XNNPACK (slow for real models)"):
             program = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
     with stage(f"executorch: writing {path.name}"):
         path.write_bytes(program.buffer)
+
+
+def runner_meta(model, max_context: int, max_tokens: int) -> dict:
+    """What a runner needs to know about a decoding program (bundle.json, per model)."""
     return {
         "kv_shape": list(kv_shape(model.config, max_context)),
         "vocab_size": int(model.config.get_text_config().vocab_size),
         "max_context": max_context,
         "max_tokens_per_call": max_tokens,
-        "quant": quant,
     }

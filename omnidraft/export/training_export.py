@@ -29,7 +29,8 @@ from ..adaptation.examples import Example
 from ..adaptation.lora import LoRAConfig, add_lora, lora_parameters
 from ..adaptation.loss import hybrid_loss, logits_at
 from ..progress import stage
-from .kv_wrapper import BufferKVModel, kv_shape
+from .executorch_export import lower_to_xnnpack, runner_meta
+from .kv_wrapper import BufferKVModel
 
 
 class TrainingStep(nn.Module):
@@ -127,9 +128,6 @@ class LoRAInputModel(nn.Module):
 
 def export_lora_drafter(model, path: Path, max_context: int, max_tokens: int) -> dict:
     """drafter_lora.pte: decoding with LoRA tensors fed at every call (base weights on XNNPACK)."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
     model.config._attn_implementation = "sdpa"
     wrapper = LoRAInputModel(model.eval(), max_context).eval()
     lora = [p.detach().clone() for p in lora_parameters(model).values()]
@@ -137,17 +135,8 @@ def export_lora_drafter(model, path: Path, max_context: int, max_tokens: int) ->
     example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0), *lora)
     seq = torch.export.Dim("seq", min=1, max=max_tokens)
     dynamic = ({1: seq}, {1: seq}, tuple(None for _ in lora))  # *lora arrives as one tuple
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        with stage(f"executorch: torch.export of {path.name}"):
-            ep = torch.export.export(wrapper, example, dynamic_shapes=dynamic, strict=False)
-        with stage(f"executorch: lowering {path.name} to XNNPACK"):
-            program = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
-    path.write_bytes(program.buffer)
+    lower_to_xnnpack(wrapper, example, dynamic, path, strict=False)
     return {
-        "kv_shape": list(kv_shape(model.config, max_context)),
-        "vocab_size": int(model.config.get_text_config().vocab_size),
-        "max_context": max_context,
-        "max_tokens_per_call": max_tokens,
+        **runner_meta(model, max_context, max_tokens),
         "lora_inputs": [[n.removeprefix("model."), list(t.shape)] for n, t in zip(wrapper.names, lora)],
     }
