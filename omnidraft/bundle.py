@@ -11,10 +11,10 @@ A bundle is one folder:
     drafter_train.pte           optional (--with-training): the LoRA training step
     drafter_lora.pte            optional (--with-training): the drafter taking LoRA tensors as inputs
 
-bundle.json, version 1:
+bundle.json, version 2 (version 1, the same without acceptance heads, still loads):
 
     format            "omnidraft-bundle"
-    version           1
+    version           2
     created           ISO date
     max_context       target KV cache length (the drafter's is in its own entry)
     max_draft_len     K: verification graphs take 1..K+1 tokens
@@ -25,6 +25,9 @@ bundle.json, version 1:
         name, vocab_size, max_context, max_tokens_per_call, kv_shape
         [layers, 1, kv_heads, max_context, head_dim], tokenizer (folder),
         tokenizer_fingerprint, graphs {"onnx": file, "executorch": file}
+    models.drafter.acceptance_head   (version 2) {features F, inputs [head_weight,
+                      head_bias], outputs [head_features, accept_prob]}: the drafter's
+                      graphs also compute the acceptance head (--draft-len auto)
     eos_ids, chat_eos_ids   target token ids that end generation
     ngram_cache       file name or null
     training          null, or (--with-training) {window, lam, mapped, lora {rank, alpha,
@@ -38,12 +41,19 @@ present_keys, present_values (kv_shape). ExecuTorch: inputs input_ids [1, n] and
 position_ids [1, n]; the KV cache is a mutable buffer inside the program; output
 logits [1, n, vocab]. In both, 1 <= n <= max_tokens_per_call, and positions past
 the last written one are masked, so a rollback is just writing there again.
+A drafter graph with an acceptance head takes two more inputs after the positions
+(ONNX: after past_values): head_weight [F] and head_bias [1] (float32, the head's
+current weights), and returns two more outputs after the others: head_features
+[1, F] (the last position's RMS-normalized hidden state, top-1 probability and
+entropy / log V) and accept_prob [1] = sigmoid(head_features . head_weight + head_bias),
+see omnidraft/runtime/acceptance.py.
 
 Training (ExecuTorch, see omnidraft/export/training_export.py): drafter_train.pte's
 method "forward" takes (ids [1, W], kl_rows [W], kl_target [W, mapped], kl_weight [W],
 nll_rows [W], nll_labels [W], nll_weight [W]) and returns (loss, L_DM, L_ngram) with
 the gradients of the LoRA tensors (ExecuTorch training API); drafter_lora.pte takes
-(input_ids, position_ids, *lora_inputs in the listed order) and returns logits.
+(input_ids, position_ids, [head_weight, head_bias,] *lora_inputs in the listed order)
+and returns logits [, head_features, accept_prob] (the head parts in version 2).
 
 Loading checks everything: format and version, every file's presence, size and
 hash, tokenizer identity and vocabulary sizes, and the requested draft length
@@ -60,7 +70,8 @@ from pathlib import Path
 from .errors import OmniDraftError
 
 FORMAT = "omnidraft-bundle"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 ROLES = ("target", "drafter")
 BACKEND_FORMATS = {"onnxruntime": "onnx", "executorch": "executorch"}
 
@@ -121,9 +132,10 @@ def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
         raise OmniDraftError(f"bundle.json in {root} is corrupt ({type(e).__name__})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise OmniDraftError(f"{path} is not an OmniDraft bundle manifest")
-    if manifest.get("version") != VERSION:
+    if manifest.get("version") not in READABLE_VERSIONS:
         raise OmniDraftError(
-            f"bundle version {manifest.get('version')} is not supported (this omnidraft reads version {VERSION}); re-export it"
+            f"bundle version {manifest.get('version')} is not supported (this omnidraft reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}); re-export it"
         )
     try:
         for role in ROLES:
@@ -137,8 +149,11 @@ def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
             int(training["window"]), int(training["mapped"]), list(training["lora_inputs"])
             manifest["models"]["drafter"]["graphs"]["executorch_train"]
             manifest["models"]["drafter"]["graphs"]["executorch_lora"]
+        head = manifest["models"]["drafter"].get("acceptance_head")
+        if head is not None and int(head["features"]) < 1 + 2:
+            raise ValueError("acceptance_head.features")
     except (KeyError, TypeError, ValueError) as e:
-        raise OmniDraftError(f"bundle.json in {root} is missing field {e}") from None
+        raise OmniDraftError(f"bundle.json in {root} is missing field (or has a bad value) {e}") from None
     for rel, entry in files.items():
         f = root / rel
         if not f.is_file():

@@ -55,6 +55,42 @@ def _probability(text: str) -> float:
     return value
 
 
+def _draft_len(text: str) -> int | str:
+    if text in ("auto", "heuristic"):
+        return text
+    if not text.strip().lstrip("+-").isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number, 'auto' or 'heuristic', got {text!r}")
+    return _positive_int(text)
+
+
+def _open_probability(text: str) -> float:
+    value = _non_negative_float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
+    return value
+
+
+def _add_draft_options(p) -> None:
+    p.add_argument("--draft-len", type=_draft_len, default=4, metavar="{N,auto,heuristic}",
+                   help="draft tokens per round: a fixed N, 'auto' (acceptance head) or 'heuristic' (+2/-1)")
+    p.add_argument("--max-draft-len", type=_positive_int, default=8, help="cap of 'auto' and 'heuristic'")
+    p.add_argument("--gamma", type=_open_probability, default=0.5,
+                   help="'auto' stops drafting once P(some draft token is rejected) > gamma")
+    p.add_argument("--predictor-updates", choices=("each-prompt", "with-lora"), default="each-prompt",
+                   help="when the acceptance head trains: after every prompt, or with each LoRA update")
+
+
+def draft_options(args) -> dict:
+    """GenerationConfig's draft-length fields from the options."""
+    fixed = isinstance(args.draft_len, int)
+    return {"draft_policy": "fixed" if fixed else args.draft_len, "draft_len": args.draft_len if fixed else 4,
+            "max_draft_len": args.max_draft_len, "gamma": args.gamma}
+
+
+def longest_draft(args) -> int:
+    return args.draft_len if isinstance(args.draft_len, int) else args.max_draft_len
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="omnidraft", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -66,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--max-new-tokens", type=_positive_int, default=64)
     gen.add_argument("--temperature", type=_non_negative_float, default=0.0, help="0 = greedy (exact)")
     gen.add_argument("--top-p", type=_probability, default=1.0)
-    gen.add_argument("--draft-len", type=_positive_int, default=4, help="draft tokens per round")
+    _add_draft_options(gen)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--strict-sampling", action="store_true",
                      help="cross-vocabulary sampling exactly lossless (direct mappings only, no n-gram merges)")
@@ -88,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--eval", type=Path, help="held-out prompts (same format) measured before and after")
     ad.add_argument("--window", type=_positive_int, default=20, help="prompts per reported window")
     ad.add_argument("--max-new-tokens", type=_positive_int, default=32)
-    ad.add_argument("--draft-len", type=_positive_int, default=4)
+    _add_draft_options(ad)
     ad.add_argument("--chat", action="store_true", help="apply the target's chat template to every prompt")
     ad.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
     ad.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
@@ -121,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--threads", type=_positive_int, help="onnxruntime intra-op threads")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write report.json and PNG plots here")
     sim.add_argument("--max-new-tokens", type=_positive_int, default=128)
-    sim.add_argument("--draft-len", type=_positive_int, default=4)
+    _add_draft_options(sim)
     sim.add_argument("--temperature", type=_non_negative_float, default=0.0)
     sim.add_argument("--top-p", type=_probability, default=1.0)
     sim.add_argument("--seed", type=int, default=0)
@@ -302,7 +338,7 @@ def cmd_generate(args) -> int:
     ids = pair.encode_prompt(prompt, chat=args.chat)
     config = GenerationConfig(
         max_new_tokens=args.max_new_tokens,
-        draft_len=args.draft_len,
+        **draft_options(args),
         sampler=Sampler(args.temperature, args.top_p),
         seed=args.seed,
         stop_strings=tuple(args.stop),
@@ -331,6 +367,8 @@ def cmd_generate(args) -> int:
         "stop_reason": result.stop_reason,
         "prompt_tokens": len(ids),
         "draft_len": args.draft_len,
+        "mean_draft_len": s["mean_draft_len"],
+        "predictor": s.get("predictor"),
         "temperature": args.temperature,
         "threads": torch.get_num_threads(),
         "vocab_intersection": s["vocab_intersection"],
@@ -383,7 +421,8 @@ def read_prompt_stream(path: Path) -> list[str]:
 
 def _open_pair(args, speculative: bool = True, use_ngram_cache: bool = True, adapt: bool = False):
     """The pair the options name (eager, or a bundle on its backend), with its adapter if asked."""
-    from .pair import attach_adapter, build_bundle_pair, build_eager_pair, check_profile
+    from .adaptation.predictor import PredictorConfig
+    from .pair import attach_adapter, attach_predictor, build_bundle_pair, build_eager_pair, check_profile
 
     if adapt:
         check_profile(args.profile)
@@ -399,9 +438,12 @@ def _open_pair(args, speculative: bool = True, use_ngram_cache: bool = True, ada
             raise OmniDraftError("--target/--drafter do not apply to a bundle: its models are fixed at export")
         pair = build_bundle_pair(args.bundle, args.backend, speculative=speculative, threads=args.threads,
                                  use_ngram_cache=use_ngram_cache, lora_drafter=adapt)
-        pair.bundle.check_draft_len(args.draft_len)
+        pair.bundle.check_draft_len(longest_draft(args))
     if adapt:
         pair.adapter_path = attach_adapter(pair, adapt_config(args), args.profile, args.reset_adaptation)
+    if speculative and args.draft_len == "auto":
+        attach_predictor(pair, PredictorConfig(schedule=args.predictor_updates), args.profile,
+                         args.reset_adaptation)
     return pair
 
 
@@ -420,8 +462,8 @@ def cmd_adapt(args) -> int:
     path = pair.adapter_path
     encode = lambda texts: [pair.encode_prompt(t, chat=args.chat) for t in texts]  # noqa: E731
     stream, held = encode(stream_texts), encode(eval_texts)
-    config = GenerationConfig(max_new_tokens=args.max_new_tokens, draft_len=args.draft_len,
-                              eos_ids=pair.eos_ids(args.chat))
+    config = GenerationConfig(max_new_tokens=args.max_new_tokens, eos_ids=pair.eos_ids(args.chat),
+                              **draft_options(args))
     dec = pair.decoder
     report = {"profile": args.profile, "adapter": str(path), "prompts": len(stream), "window": args.window,
               "threads": torch.get_num_threads()}

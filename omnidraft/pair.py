@@ -12,6 +12,7 @@ from pathlib import Path
 from .errors import OmniDraftError
 from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
 from .progress import log
+from .runtime.acceptance import N_CONFIDENCE, AcceptanceHead
 from .runtime.decoding import SpeculativeDecoder
 from .runtime.ngram_cache import CacheFileError, NGramCache, load_or_fresh
 from .runtime.runner import EagerRunner
@@ -40,6 +41,7 @@ class Pair:
     cache_path: Path | None
     bundle: object = None  # the loaded Bundle when running exported graphs
     adapter_path: Path | None = None  # where the drafter's adapter is saved, once one is attached
+    predictor_path: Path | None = None  # where the acceptance head is saved, once it learns online
 
     def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
         if not text.strip():
@@ -66,13 +68,15 @@ class Pair:
         return eos_ids(self.target_vocab.tokenizer, chat)
 
     def save_cache(self) -> None:
-        cache = self.decoder.ngram_cache
-        if cache is None or self.cache_path is None:
-            return
-        try:
-            cache.save(self.cache_path)
-        except OSError as e:
-            log(f"[omnidraft] warning: could not save the n-gram cache to {self.cache_path}: {e.strerror or e}")
+        """Save what the pair learned online (n-gram cache, acceptance head); warn, never fail."""
+        for what, state, path in (("n-gram cache", self.decoder.ngram_cache, self.cache_path),
+                                  ("acceptance head", self.decoder.predictor, self.predictor_path)):
+            if state is None or path is None:
+                continue
+            try:
+                state.save(path)
+            except OSError as e:
+                log(f"[omnidraft] warning: could not save the {what} to {path}: {e.strerror or e}")
 
 
 def check_profile(profile: str) -> None:
@@ -108,6 +112,29 @@ def attach_adapter(pair: Pair, config, profile: str = "default", reset: bool = F
         dec.adapter = attach(learner, dec.bridge, config, path, meta, reset, warn=log)
     except ValueError as e:
         raise OmniDraftError(str(e)) from None
+    return path
+
+
+def attach_predictor(pair: Pair, config=None, profile: str = "default", reset: bool = False) -> Path:
+    """Make the drafter's acceptance head learn online (for --draft-len auto); saved next to the adapters."""
+    from .adaptation.online import set_aside
+    from .adaptation.predictor import AcceptancePredictor
+
+    dec = pair.decoder
+    if dec.drafter is None or not dec.drafter.has_head:
+        raise OmniDraftError("--draft-len auto needs a drafter with an acceptance head "
+                             "(this bundle was exported without one: export it again)")
+    check_profile(profile)
+    dec.predictor = AcceptancePredictor(dec.drafter.head, config)
+    path = omnidraft_home() / "adapters" / f"{pair.drafter_name}--{pair.target_name}--{dec.bridge.pair_id}--{profile}.head.npz"
+    pair.predictor_path = path
+    if path.exists() and reset:
+        set_aside(path, "reset", "adaptation reset: starting a fresh acceptance head", log)
+    elif path.exists():
+        try:
+            dec.predictor.load(path)
+        except ValueError as e:
+            set_aside(path, "bad", f"acceptance head {path.name} is {e}; starting a fresh head", log)
     return path
 
 
@@ -173,6 +200,7 @@ def build_eager_pair(
     draft_vocab = Vocab.from_tokenizer(load_tokenizer(drafter_path))
     # Draft tokens can be shorter than target tokens: give the drafter twice the room.
     drafter_runner = EagerRunner(load_model(drafter_path), 2 * max_context, name="drafter")
+    drafter_runner.head = AcceptanceHead.initial(drafter_runner.model.config.get_text_config().hidden_size + N_CONFIDENCE)
     decoder = SpeculativeDecoder(target_runner, target_vocab, drafter_runner, draft_vocab)
     cache_path = _attach_cache(decoder, drafter_path.name, target_path.name, use_ngram_cache, ngram_cache_size)
     return Pair(decoder, target_path.name, drafter_path.name, decoder.target_vocab, cache_path)

@@ -124,12 +124,18 @@ def _plots(turns: list[dict], out_dir: Path) -> None:
 
 def run(args) -> int:
     sim = Simulator(args.bundle, threads=args.threads)
-    sim.pair.bundle.check_draft_len(args.draft_len)
+    from .adaptation.predictor import PredictorConfig
+    from .cli import draft_options, longest_draft
+    from .pair import attach_predictor
+
+    sim.pair.bundle.check_draft_len(longest_draft(args))
+    if args.draft_len == "auto":
+        attach_predictor(sim.pair, PredictorConfig(schedule=args.predictor_updates))
     chat = args.chat or args.prompt is None
 
     def config():
         return GenerationConfig(
-            max_new_tokens=args.max_new_tokens, draft_len=args.draft_len,
+            max_new_tokens=args.max_new_tokens, **draft_options(args),
             sampler=Sampler(args.temperature, args.top_p), seed=args.seed, eos_ids=sim.pair.eos_ids(chat),
             strict_sampling=args.strict_sampling,
         )

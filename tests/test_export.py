@@ -50,7 +50,9 @@ def bundle_dir(tmp_path_factory, tiny_checkpoints):
 def test_bundle_manifest(bundle_dir):
     b = load_bundle(bundle_dir)
     m = b.manifest
-    assert m["format"] == "omnidraft-bundle" and m["version"] == 1
+    assert m["format"] == "omnidraft-bundle" and m["version"] == 2
+    assert m["models"]["drafter"]["acceptance_head"]["features"] == 64 + 2  # tiny hidden size + confidence
+    assert "acceptance_head" not in m["models"]["target"]
     assert m["max_draft_len"] == MAX_DRAFT and m["quant"] == "none"
     assert m["models"]["target"]["vocab_size"] == 262144 and m["models"]["drafter"]["vocab_size"] == 49152
     assert set(m["models"]["target"]["graphs"]) == {"onnx", "executorch"}
@@ -70,11 +72,18 @@ def test_logits_match_eager(bundle_dir, tiny_checkpoints, backend, role):
     runner = open_runner(b, role, backend, threads=1)
     eager = EagerRunner(load_model(tiny_checkpoints[role]), runner.max_context)
     rng = np.random.default_rng(0)
+    if role == "drafter":  # the graph's acceptance head, fed the same (random) weights as eager's
+        runner.head.weight[:] = rng.normal(size=runner.head.n_features) * 0.2
+        eager.head = runner.head
     ids = rng.integers(5, 40000, size=40)
     k_max = MAX_DRAFT + 1
     steps = [(ids[:20], 0), (ids[20:21], 20), (ids[21:25], 21), (ids[25 : 25 + k_max], 25)]
     for tokens, start in steps:  # prefill (chunked), k=1, k=4, k=max
         assert_close(runner.forward(tokens, start, len(tokens)), eager.forward(tokens, start, len(tokens)))
+        if role == "drafter":
+            (f_graph, p_graph), (f_eager, p_eager) = runner.head_output, eager.head_output
+            np.testing.assert_allclose(f_graph, f_eager, atol=1e-4)
+            assert abs(p_graph - p_eager) < 1e-4 and abs(p_graph - float(runner.head.prob(f_graph))) < 1e-5
     for r in (runner, eager):
         r.rollback(22)  # reject the draft past position 22
     assert_close(runner.forward(ids[30:34], 22, 4), eager.forward(ids[30:34], 22, 4))
@@ -90,6 +99,8 @@ def assert_close(got, want):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_greedy_speculative_equals_target_only_on_backend(bundle_dir, backend):
+    from omnidraft.adaptation.predictor import AcceptancePredictor
+
     pair = build_bundle_pair(bundle_dir, backend, threads=1, use_ngram_cache=False)
     ids = pair.encode_prompt("def add(a, b):\n    return a +")
     base = SpeculativeDecoder(pair.decoder.target, pair.target_vocab).generate(
@@ -97,6 +108,13 @@ def test_greedy_speculative_equals_target_only_on_backend(bundle_dir, backend):
     got = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=20, draft_len=MAX_DRAFT))
     assert got.token_ids == base.token_ids
     assert pair.decoder.target.backend == backend and got.stats["drafted"] > 0
+    # adaptive draft length through the graph's own head, which learns between the two runs
+    pair.decoder.predictor = AcceptancePredictor(pair.decoder.drafter.head)
+    for _ in range(2):
+        got = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=20, draft_policy="auto",
+                                                          max_draft_len=MAX_DRAFT))
+        assert got.token_ids == base.token_ids
+    assert pair.decoder.predictor.updates == 2
 
 
 def damaged_copy(bundle_dir, tmp_path, damage):
@@ -186,6 +204,17 @@ def test_cli_generate_on_bundle(bundle_dir, tmp_path, backend):
     report = json.loads(proc.stdout)
     assert report["backend"] == backend and report["new_tokens"] == 6 and report["cross_vocab"]
     assert proc.stderr.strip() == "", proc.stderr  # no runtime noise on a successful run
+    # adaptive draft length: the head learns and is saved; the next run resumes it
+    auto = ("generate", "--backend", backend, "--bundle", str(bundle_dir), "--prompt", "Hello world",
+            "--max-new-tokens", "6", "--draft-len", "auto", "--max-draft-len", str(MAX_DRAFT), "--gamma", "0.7",
+            "--json", "--threads", "1")
+    for updates in (1, 2):
+        proc = cli(*auto, home=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["text"] and report["draft_len"] == "auto" and report["predictor"]["updates"] == updates
+        assert 0 < report["mean_draft_len"] <= MAX_DRAFT
+    assert len(list((tmp_path / "adapters").glob("*.head.npz"))) == 1
 
 
 @pytest.mark.parametrize(
@@ -196,6 +225,8 @@ def test_cli_generate_on_bundle(bundle_dir, tmp_path, backend):
         (["generate", "--backend", "onnxruntime", "--bundle", "/no/bundle", "--prompt", "x"], "bundle folder not found"),
         (["generate", "--backend", "executorch", "--bundle", "BUNDLE", "--prompt", "x", "--draft-len", "5"],
          "exceeds the bundle's exported maximum of 4"),
+        (["generate", "--backend", "onnxruntime", "--bundle", "BUNDLE", "--prompt", "x", "--draft-len", "auto"],
+         "exceeds the bundle's exported maximum of 4"),  # auto's default cap is 8
         (["generate", "--backend", "executorch", "--bundle", "BUNDLE", "--prompt", "x", "--target", "/x"],
          "do not apply to a bundle"),
         (["export", "--format", "onnx", "--quant", "8da4w", "--out", "OUT"], "not available for onnx"),

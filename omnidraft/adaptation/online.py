@@ -215,18 +215,18 @@ def attach(model, bridge, config: AdaptConfig, state_path: Path | None, meta: di
     if state_path is None or not state_path.exists():
         return adapter
     if reset:
-        _set_aside(state_path, "reset", "adaptation reset: starting a fresh adapter", warn)
+        set_aside(state_path, "reset", "adaptation reset: starting a fresh adapter", warn)
         return adapter
     try:
         adapter.load(state_path)
     except AdapterFileError as e:
-        _set_aside(state_path, "bad", f"adapter {state_path.name} is {e}; starting a fresh adapter", warn)
+        set_aside(state_path, "bad", f"adapter {state_path.name} is {e}; starting a fresh adapter", warn)
     else:
         warn(f"[omnidraft] resumed adapter {state_path.name} ({adapter.stats.updates} updates so far)")
     return adapter
 
 
-def _set_aside(path: Path, tag: str, message: str, warn) -> None:
+def set_aside(path: Path, tag: str, message: str, warn) -> None:
     """Keep the old file under another name (nothing a user saved is ever deleted)."""
     aside = path.with_name(f"{path.name}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:

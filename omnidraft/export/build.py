@@ -82,12 +82,14 @@ def export_bundle(
                 if fmt == "onnx":
                     from .onnx_export import export_onnx
 
-                    meta = export_onnx(model, tmp / f"{role}.onnx", contexts[role], tokens_per_call, quant)
+                    meta = export_onnx(model, tmp / f"{role}.onnx", contexts[role], tokens_per_call, quant,
+                                       head=role == "drafter")
                     graphs["onnx"] = f"{role}.onnx"
                 else:
                     from .executorch_export import export_executorch
 
-                    meta = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call, quant)
+                    meta = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call, quant,
+                                             head=role == "drafter")
                     graphs["executorch"] = f"{role}.pte"
             if role == "drafter" and with_training:
                 training = _export_training(load_model(path), tmp, vocabs, graphs, contexts[role], tokens_per_call,
@@ -102,6 +104,8 @@ def export_bundle(
                 "tokenizer_fingerprint": vocabs[role].fingerprint,
                 "graphs": graphs,
             }
+            if meta.get("acceptance_head"):
+                models[role]["acceptance_head"] = meta["acceptance_head"]
             del model
         bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
         cache_name = None

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..progress import stage
-from .kv_wrapper import BufferKVModel, kv_shape
+from .kv_wrapper import HEAD_INPUTS, BufferKVModel, head_example, runner_meta
 
 
 def quantize_linears(model, quant: str, group_size: int = 32) -> None:
@@ -37,7 +37,9 @@ def quantize_linears(model, quant: str, group_size: int = 32) -> None:
     quantize_(model, config)
 
 
-def export_executorch(model, path: Path, max_context: int, max_tokens: int, quant: str = "none") -> dict:
+def export_executorch(model, path: Path, max_context: int, max_tokens: int, quant: str = "none",
+                      head: bool = False) -> dict:
+    """Write `path` (.pte); with `head`, the graph also computes the acceptance head (kv_wrapper.py)."""
     path = Path(path)
     model.config._attn_implementation = "sdpa"
     if quant in ("8da4w", "8da8w"):
@@ -49,8 +51,12 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
     n = min(2, max_tokens)
     example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0))
     seq = torch.export.Dim("seq", min=1, max=max_tokens)
-    lower_to_xnnpack(wrapper, example, {"input_ids": {1: seq}, "position_ids": {1: seq}}, path, strict=True)
-    return {**runner_meta(model, max_context, max_tokens), "quant": quant}
+    dynamic = {"input_ids": {1: seq}, "position_ids": {1: seq}}
+    if head:
+        example += head_example(model)
+        dynamic.update(dict.fromkeys(HEAD_INPUTS))
+    lower_to_xnnpack(wrapper, example, dynamic, path, strict=True)
+    return {**runner_meta(model, max_context, max_tokens, head), "quant": quant}
 
 
 def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict: bool) -> None:
@@ -66,13 +72,3 @@ def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict
             program = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
     with stage(f"executorch: writing {path.name}"):
         path.write_bytes(program.buffer)
-
-
-def runner_meta(model, max_context: int, max_tokens: int) -> dict:
-    """What a runner needs to know about a decoding program (bundle.json, per model)."""
-    return {
-        "kv_shape": list(kv_shape(model.config, max_context)),
-        "vocab_size": int(model.config.get_text_config().vocab_size),
-        "max_context": max_context,
-        "max_tokens_per_call": max_tokens,
-    }

@@ -8,12 +8,22 @@ The graph writes the new tokens' states at their positions; positions past the
 current one are masked, so rolling back a rejected draft costs nothing: the
 runner just writes there again. Every layer, sliding-window ones included, gets
 the full length, so a rollback never needs states a window already dropped.
+
+With `head=True` (drafters) the graph also takes the acceptance head's weights
+(head_weight [F], head_bias [1]) and returns the last position's head features
+[1, F] and P(accept) [1] (runtime/acceptance.py): weights as inputs, so the
+head can keep learning on the phone without a new export.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, StaticLayer
+
+from ..runtime.acceptance import head_outputs
+
+HEAD_INPUTS = ["head_weight", "head_bias"]
+HEAD_OUTPUTS = ["head_features", "accept_prob"]
 
 
 def kv_shape(config, max_context: int) -> tuple[int, int, int, int, int]:
@@ -37,6 +47,29 @@ def _static_cache(keys: list[torch.Tensor], values: list[torch.Tensor], start: t
     return Cache(layers=layers)
 
 
+def _decode(model, input_ids, position_ids, cache, head_weight, head_bias) -> tuple:
+    """(logits,) or, with head weights, (logits, head features, P(accept))."""
+    head = head_weight is not None
+    out = model(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True,
+                output_hidden_states=head)
+    if not head:
+        return (out.logits,)
+    return (out.logits, *head_outputs(out.hidden_states[-1], out.logits, head_weight, head_bias))
+
+
+def head_example(model) -> tuple[torch.Tensor, torch.Tensor]:
+    """Example head weights for tracing (any values: they are graph inputs).
+
+    Also installs transformers' hidden-state capturing hooks now, in eager mode:
+    installed lazily inside a strict torch.export, their lock breaks tracing.
+    """
+    from ..runtime.acceptance import N_CONFIDENCE
+
+    with torch.no_grad():
+        model(input_ids=torch.ones((1, 1), dtype=torch.long), output_hidden_states=True)
+    return torch.zeros(model.config.get_text_config().hidden_size + N_CONFIDENCE), torch.zeros(1)
+
+
 class StaticKVModel(torch.nn.Module):
     """KV cache in, KV cache out (ONNX)."""
 
@@ -45,13 +78,13 @@ class StaticKVModel(torch.nn.Module):
         self.model = model
         self.max_context = max_context
 
-    def forward(self, input_ids, position_ids, past_keys, past_values):
+    def forward(self, input_ids, position_ids, past_keys, past_values, head_weight=None, head_bias=None):
         n = past_keys.shape[0]
         keys = [past_keys[i].clone() for i in range(n)]
         values = [past_values[i].clone() for i in range(n)]
         cache = _static_cache(keys, values, position_ids[0, 0], self.max_context)
-        out = self.model(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True)
-        return out.logits, torch.stack(keys), torch.stack(values)
+        logits, *head = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias)
+        return (logits, torch.stack(keys), torch.stack(values), *head)
 
 
 class BufferKVModel(torch.nn.Module):
@@ -67,8 +100,23 @@ class BufferKVModel(torch.nn.Module):
             self.register_buffer(f"v_cache_{i}", torch.zeros(1, heads, length, dim), persistent=False)
         self.n_layers = layers
 
-    def forward(self, input_ids, position_ids):
+    def forward(self, input_ids, position_ids, head_weight=None, head_bias=None):
         keys = [getattr(self, f"k_cache_{i}") for i in range(self.n_layers)]
         values = [getattr(self, f"v_cache_{i}") for i in range(self.n_layers)]
         cache = _static_cache(keys, values, position_ids[0, 0], self.max_context)
-        return self.model(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True).logits
+        out = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias)
+        return out if head_weight is not None else out[0]
+
+
+def runner_meta(model, max_context: int, max_tokens: int, head: bool = False) -> dict:
+    """What a runner needs to know about a decoding graph (bundle.json, per model)."""
+    meta = {
+        "kv_shape": list(kv_shape(model.config, max_context)),
+        "vocab_size": int(model.config.get_text_config().vocab_size),
+        "max_context": max_context,
+        "max_tokens_per_call": max_tokens,
+    }
+    if head:
+        meta["acceptance_head"] = {"features": int(head_example(model)[0].shape[0]), "inputs": HEAD_INPUTS,
+                                   "outputs": HEAD_OUTPUTS}
+    return meta

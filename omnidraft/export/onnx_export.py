@@ -13,14 +13,14 @@ from pathlib import Path
 import torch
 
 from ..progress import stage
-from .kv_wrapper import StaticKVModel, kv_shape
+from .kv_wrapper import HEAD_INPUTS, HEAD_OUTPUTS, StaticKVModel, head_example, kv_shape, runner_meta
 
 INPUTS = ["input_ids", "position_ids", "past_keys", "past_values"]
 OUTPUTS = ["logits", "present_keys", "present_values"]
 
 
-def export_onnx(model, path: Path, max_context: int, max_tokens: int, quant: str = "none") -> dict:
-    """Write `path` (.onnx) and return its metadata (shapes the runner needs)."""
+def export_onnx(model, path: Path, max_context: int, max_tokens: int, quant: str = "none", head: bool = False) -> dict:
+    """Write `path` (.onnx) and return its metadata; with `head`, the acceptance head too (kv_wrapper.py)."""
     path = Path(path)
     model.config._attn_implementation = "sdpa"
     wrapper = StaticKVModel(model.eval(), max_context).eval()
@@ -34,12 +34,17 @@ def export_onnx(model, path: Path, max_context: int, max_tokens: int, quant: str
     )
     seq = torch.export.Dim("seq", min=1, max=max_tokens)
     dynamic = {"input_ids": {1: seq}, "position_ids": {1: seq}, "past_keys": None, "past_values": None}
+    inputs, outputs = INPUTS, OUTPUTS
+    if head:
+        args += head_example(model)
+        dynamic.update(dict.fromkeys(HEAD_INPUTS))
+        inputs, outputs = INPUTS + HEAD_INPUTS, OUTPUTS + HEAD_OUTPUTS
     fp32 = path if quant == "none" else path.with_suffix(".fp32.onnx")
     with stage(f"onnx: exporting {path.name}"), warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            wrapper, args, str(fp32), dynamo=True, dynamic_shapes=dynamic, input_names=INPUTS,
-            output_names=OUTPUTS, external_data=False, optimize=True, verbose=False,
+            wrapper, args, str(fp32), dynamo=True, dynamic_shapes=dynamic, input_names=inputs,
+            output_names=outputs, external_data=False, optimize=True, verbose=False,
         )
     if quant == "int8":
         with stage(f"onnx: int8 weight quantization of {path.name}"):
@@ -47,13 +52,7 @@ def export_onnx(model, path: Path, max_context: int, max_tokens: int, quant: str
         fp32.unlink()
     elif quant != "none":
         raise ValueError(f"unknown ONNX quantization {quant!r}")
-    return {
-        "kv_shape": list(shape),
-        "vocab_size": int(model.config.get_text_config().vocab_size),
-        "max_context": max_context,
-        "max_tokens_per_call": max_tokens,
-        "quant": quant,
-    }
+    return {**runner_meta(model, max_context, max_tokens, head), "quant": quant}
 
 
 def quantize_int8_weights(src: Path, dst: Path, block_size: int = 32) -> None:

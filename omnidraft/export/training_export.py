@@ -29,8 +29,8 @@ from ..adaptation.examples import Example
 from ..adaptation.lora import LoRAConfig, add_lora, lora_parameters
 from ..adaptation.loss import hybrid_loss, logits_at
 from ..progress import stage
-from .executorch_export import lower_to_xnnpack, runner_meta
-from .kv_wrapper import BufferKVModel
+from .executorch_export import lower_to_xnnpack
+from .kv_wrapper import BufferKVModel, head_example, runner_meta
 
 
 class TrainingStep(nn.Module):
@@ -114,15 +114,16 @@ def export_training(model, path: Path, window: int, mapped_draft_ids, lam: float
 
 
 class LoRAInputModel(nn.Module):
-    """The decoding graph with the LoRA tensors as inputs instead of weights."""
+    """The decoding graph with the LoRA tensors as inputs instead of weights (after the head's)."""
 
     def __init__(self, model, max_context: int):
         super().__init__()
         self.inner = BufferKVModel(model, max_context)
         self.names = [f"model.{n}" for n in lora_parameters(model)]
 
-    def forward(self, input_ids, position_ids, *lora):
-        return torch.func.functional_call(self.inner, dict(zip(self.names, lora)), (input_ids, position_ids),
+    def forward(self, input_ids, position_ids, head_weight, head_bias, *lora):
+        return torch.func.functional_call(self.inner, dict(zip(self.names, lora)),
+                                          (input_ids, position_ids, head_weight, head_bias),
                                           strict=False, tie_weights=False)
 
 
@@ -132,11 +133,11 @@ def export_lora_drafter(model, path: Path, max_context: int, max_tokens: int) ->
     wrapper = LoRAInputModel(model.eval(), max_context).eval()
     lora = [p.detach().clone() for p in lora_parameters(model).values()]
     n = min(2, max_tokens)
-    example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0), *lora)
+    example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0), *head_example(model), *lora)
     seq = torch.export.Dim("seq", min=1, max=max_tokens)
-    dynamic = ({1: seq}, {1: seq}, tuple(None for _ in lora))  # *lora arrives as one tuple
+    dynamic = ({1: seq}, {1: seq}, None, None, tuple(None for _ in lora))  # *lora arrives as one tuple
     lower_to_xnnpack(wrapper, example, dynamic, path, strict=False)
     return {
-        **runner_meta(model, max_context, max_tokens),
+        **runner_meta(model, max_context, max_tokens, head=True),
         "lora_inputs": [[n.removeprefix("model."), list(t.shape)] for n, t in zip(wrapper.names, lora)],
     }

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import OmniDraftError
+from .acceptance import draft_labels
 from .bridge import NGRAM, Proposal, VocabBridge
+from .draft_length import DraftLength
 from .ngram_cache import NGramCache
 from .runner import ModelRunner
 from .sampling import Sampler
@@ -43,12 +45,20 @@ class GenerationConfig:
     # directly mapped tokens (renormalized) and no n-gram merges or splits are
     # proposed, so q' is exactly the law each proposal was drawn from.
     strict_sampling: bool = False
+    # How many tokens to draft (draft_length.py): "fixed" (draft_len), "heuristic"
+    # (+2/-1 from draft_len) or "auto" (the acceptance head, threshold gamma); the
+    # adaptive ones never draft more than max_draft_len.
+    draft_policy: str = "fixed"
+    max_draft_len: int = 8
+    gamma: float = 0.5
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
             raise OmniDraftError("max new tokens must be at least 1")
-        if self.draft_len < 1:
-            raise OmniDraftError("draft length must be at least 1")
+        self.draft_length()  # validates the policy and its numbers
+
+    def draft_length(self) -> DraftLength:
+        return DraftLength(self.draft_policy, self.draft_len, self.max_draft_len, self.gamma)
 
 
 @dataclass
@@ -68,6 +78,7 @@ class _Counters:
     accepted: int = 0
     ngram_hits: int = 0
     ngram_accepted: int = 0
+    rounds_drafted: int = 0
     accepted_lengths: Counter = field(default_factory=Counter)
 
 
@@ -90,6 +101,8 @@ class SpeculativeDecoder:
             self.bridge = VocabBridge(draft_vocab.padded(drafter.vocab_size), self.target_vocab)
         self.ngram_cache = ngram_cache
         self.adapter = None  # an OnlineAdapter: learns from every verified round
+        self.predictor = None  # an AcceptancePredictor: trains the drafter runner's acceptance head
+        self._length: tuple[tuple, DraftLength] | None = None  # kept across calls (the heuristic's state)
 
     @property
     def cross_vocab(self) -> bool:
@@ -120,6 +133,10 @@ class SpeculativeDecoder:
             )
         rng = np.random.default_rng(config.seed)
         sampler = config.sampler
+        length = self._draft_length(config)
+        if speculative and length.needs_head and not drafter.has_head:
+            raise OmniDraftError("--draft-len auto needs a drafter with an acceptance head "
+                                 "(this bundle was exported without one: export it again)")
         counters = _Counters()
         seq = list(target_prompt)  # the target's sequence; seq[-1] is not yet in its cache
         draft_seq = self.draft_prompt(seq) if speculative else []
@@ -148,12 +165,13 @@ class SpeculativeDecoder:
                 max_props = min(max_props, target.max_tokens_per_call - 1)
 
             # draft -> bridge
-            proposal, draft_ids, draft_probs = None, [], []
+            proposal, draft_ids, draft_probs, features = None, [], [], []
             if speculative and max_props > 0 and draft_seq:
-                k = min(config.draft_len, drafter.max_context - len(draft_seq) + 1, max_props)
+                k = min(length.budget(), drafter.max_context - len(draft_seq) + 1, max_props)
                 if k > 0:
                     strict = config.strict_sampling and self.cross_vocab
-                    draft_ids, draft_q, draft_probs = self._draft(draft_seq, k, sampler, rng, counters, strict)
+                    draft_ids, draft_q, draft_probs, features = self._draft(
+                        draft_seq, k, sampler, rng, counters, length, strict)
                     cache = None if strict else self.ngram_cache
                     proposal = self.bridge.propose(draft_ids, draft_q, cache, max_props)
             m = len(proposal) if proposal is not None else 0
@@ -176,6 +194,9 @@ class SpeculativeDecoder:
             seq.extend(committed)
 
             # cache/adapt: learn spellings, reward accepted merges, keep the target's rows; resync
+            length.observe(m, n)
+            if self.predictor is not None and draft_ids:
+                self.predictor.observe(features, draft_labels(proposal, logits, sampler, len(draft_ids)))
             if adapter is not None:
                 adapter.observe(committed, logits[: n + 1])
             if speculative:
@@ -195,18 +216,32 @@ class SpeculativeDecoder:
         out.flush()
         wall = time.perf_counter() - start
         stats = self._stats(counters, generated, prefill_s, wall)
+        lora_updated = False
         if adapter is not None:  # an update runs after the reply, between prompts
             t0 = time.perf_counter()
-            if adapter.end():
+            lora_updated = adapter.end()
+            if lora_updated:
                 drafter.reset()  # new weights: the drafter's cached keys and values are stale
             stats["adaptation"] = adapter.summary()
             stats["adaptation"]["seconds"] = time.perf_counter() - t0
+        if self.predictor is not None and speculative:
+            self.predictor.end_generation(lora_updated)
+            stats["predictor"] = self.predictor.summary()
+        stats["draft_policy"] = config.draft_policy
         stats["rounds"] = rounds
         stats["prompt_tokens_reused"] = reused
         return GenerationResult(out.text, generated, stop_reason, stats)
 
-    def _draft(self, draft_seq, k, sampler, rng, counters, strict: bool = False):
-        """Sample up to k draft tokens; stop early at a token no target token can follow.
+    def _draft_length(self, config: GenerationConfig) -> DraftLength:
+        key = (config.draft_policy, config.draft_len, config.max_draft_len, config.gamma)
+        if self._length is None or self._length[0] != key:
+            self._length = (key, config.draft_length())
+        return self._length[1]
+
+    def _draft(self, draft_seq, k, sampler, rng, counters, length: DraftLength, strict: bool = False):
+        """Sample up to k draft tokens; stop early at a token no target token can follow, or
+        when the draft-length policy says so. Returns ids, q(ids), distributions and, with
+        an acceptance head, each token's head features (for training the head).
 
         strict: sample only among draft tokens with a direct target twin.
         """
@@ -215,7 +250,7 @@ class SpeculativeDecoder:
             drafter.rollback(len(draft_seq) - 1)
         logits = drafter.forward(draft_seq[drafter.position :], drafter.position)[-1]
         counters.drafter_calls += 1
-        ids, qs, dists = [], [], []
+        ids, qs, dists, features = [], [], [], []
         special = self.bridge.draft.special
         unmapped = None
         if strict:
@@ -231,11 +266,16 @@ class SpeculativeDecoder:
             ids.append(d)
             qs.append(1.0 if probs is None else float(probs[d]))
             dists.append(probs)
+            head = drafter.head_output if drafter.has_head else None
+            features.append(head[0] if head else None)
+            if length.stop(head[1] if head else None):
+                break
             if i + 1 < k:
                 logits = drafter.forward([d], drafter.position)[-1]
                 counters.drafter_calls += 1
         counters.draft_tokens += len(ids)
-        return ids, np.array(qs), dists
+        counters.rounds_drafted += 1
+        return ids, np.array(qs), dists, features
 
     def _after_round(self, draft_seq, draft_ids, proposal, n, next_token, committed, counters):
         if self.ngram_cache is not None and self.cross_vocab:
@@ -261,6 +301,7 @@ class SpeculativeDecoder:
             "accepted": c.accepted,
             "acceptance_rate": c.accepted / c.drafted if c.drafted else 0.0,
             "draft_tokens": c.draft_tokens,
+            "mean_draft_len": c.draft_tokens / max(c.rounds_drafted, 1),
             "drafter_calls": c.drafter_calls,
             "ngram_cache_hits": c.ngram_hits,
             "ngram_cache_accepted": c.ngram_accepted,

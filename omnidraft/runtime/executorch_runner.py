@@ -27,6 +27,7 @@ class ExecuTorchRunner(ModelRunner):
         self.name = name
         self._torch = torch
         self.extra_inputs: list = []  # e.g. the live LoRA tensors of an adapting drafter (drafter_lora.pte)
+        self._graph_head(meta)
         try:
             with _quiet_stderr():  # the C++ runtime logs CPU probing noise on first use
                 self.method = Runtime.get().load_program(str(path)).load_method("forward")
@@ -37,8 +38,11 @@ class ExecuTorchRunner(ModelRunner):
         torch = self._torch
         ids = torch.from_numpy(np.ascontiguousarray(tokens)).reshape(1, -1)
         pos = torch.arange(start, start + len(tokens), dtype=torch.long).reshape(1, -1)
-        (logits,) = self.method.execute([ids, pos, *self.extra_inputs])
-        return logits[0, -n_logits:].numpy()
+        outputs = self.method.execute([ids, pos, *self._head_inputs(), *self.extra_inputs])
+        logits = outputs[0][0, -n_logits:].numpy()
+        if self.head is None:
+            return logits
+        return logits, outputs[1][0].numpy(), float(outputs[2][0])
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ class OnnxRunner(ModelRunner):
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         except Exception as e:  # noqa: BLE001 - any load failure is a bad file for the user
             raise OmniDraftError(f"cannot load ONNX graph {path}: {str(e).splitlines()[0][:200]}") from e
+        self._graph_head(meta)
         self.keys = np.zeros(meta["kv_shape"], dtype=np.float32)
         self.values = np.zeros(meta["kv_shape"], dtype=np.float32)
 
@@ -39,5 +40,9 @@ class OnnxRunner(ModelRunner):
             "past_keys": self.keys,
             "past_values": self.values,
         }
-        logits, self.keys, self.values = self.session.run(None, feeds)
-        return logits[0, -n_logits:]
+        if self.head is not None:
+            feeds.update(head_weight=self.head.weight, head_bias=self.head.bias)
+        logits, self.keys, self.values, *head = self.session.run(None, feeds)
+        if not head:
+            return logits[0, -n_logits:]
+        return logits[0, -n_logits:], head[0][0], float(head[1][0])

@@ -8,6 +8,10 @@ ever does two things with it:
   - `rollback(position)`: forget everything from `position` on (rejected drafts).
 A static cache makes rollback free: the next forward simply overwrites the
 stale slots, and the causal mask never lets a query see past itself.
+
+A drafter runner may carry an acceptance head (runtime/acceptance.py): then every
+forward also leaves `head_output` = (features, P(accept)) of its last position,
+computed inside the same call (eager) or the same graph (exported).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..errors import OmniDraftError
+from .acceptance import AcceptanceHead, head_outputs
 
 
 class ModelRunner(ABC):
@@ -30,6 +35,20 @@ class ModelRunner(ABC):
         self.position = 0
         self.tokens: list[int] = []  # what the cache holds: tokens[i] sits at position i
         self.calls = 0
+        self.head = None  # an AcceptanceHead whose weights this runner applies (drafters)
+        self.head_output: tuple[np.ndarray, float] | None = None
+
+    @property
+    def has_head(self) -> bool:
+        return self.head is not None
+
+    def _graph_head(self, meta: dict) -> None:
+        """An exported graph with an acceptance head needs its weights at every call: start from the prior."""
+        if meta.get("acceptance_head"):
+            self.head = AcceptanceHead.initial(int(meta["acceptance_head"]["features"]))
+
+    def _head_inputs(self) -> list:
+        return list(self.head.torch_params()) if self.head is not None else []
 
     def forward(self, tokens, start: int, n_logits: int = 1) -> np.ndarray:
         """Logits [n_logits, vocab] (float32) for the last n_logits of `tokens` placed at `start`."""
@@ -50,6 +69,9 @@ class ModelRunner(ABC):
             hi = min(n, lo + chunk)
             want = max(0, hi - (n - n_logits))  # how many of this chunk's rows are wanted
             logits = self._forward(tokens[lo:hi], start + lo, max(want, 1))
+            if isinstance(logits, tuple):
+                logits, features, prob = logits
+                self.head_output = (features, float(prob))
             self.calls += 1
             del self.tokens[start + lo :]
             self.tokens.extend(int(t) for t in tokens[lo:hi])
@@ -69,7 +91,10 @@ class ModelRunner(ABC):
 
     @abstractmethod
     def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> np.ndarray:
-        """Run tokens at positions start..start+len-1; return the last n_logits rows of logits."""
+        """Run tokens at positions start..start+len-1; return the last n_logits rows of logits.
+
+        With a head: (logits, features [F] of the last position, its acceptance probability).
+        """
 
 
 class EagerRunner(ModelRunner):
@@ -98,6 +123,11 @@ class EagerRunner(ModelRunner):
         ids = torch.from_numpy(tokens).unsqueeze(0)
         pos = torch.arange(start, start + len(tokens)).unsqueeze(0)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, position_ids=pos, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
-        self._cached = start + len(tokens)
-        return out.logits[0].float().numpy()
+            out = self.model(input_ids=ids, position_ids=pos, cache=self.cache, use_cache=True,
+                             logits_to_keep=n_logits, output_hidden_states=self.head is not None)
+            self._cached = start + len(tokens)
+            logits = out.logits[0].float().numpy()
+            if self.head is None:
+                return logits
+            features, prob = head_outputs(out.hidden_states[-1], out.logits, *self.head.torch_params())
+        return logits, features[0].numpy(), prob.item()

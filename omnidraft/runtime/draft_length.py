@@ -1,0 +1,53 @@
+"""How many tokens to draft each round.
+
+  - fixed k: always k (capped by what still fits);
+  - heuristic: Hugging Face's schedule for assisted generation: start at k,
+    +2 after a round whose proposals were all accepted, -1 otherwise (>= 1);
+  - auto: the acceptance head (acceptance.py) says, after each drafted token,
+    how likely it is to be accepted given all before it; drafting stops once
+    1 - prod P(accept) > gamma, i.e. when the whole draft is more likely than
+    gamma to be cut somewhere. A small gamma drafts little, a large one much.
+Both adaptive policies are capped by `max_len` (the bundle's exported maximum).
+"""
+
+from __future__ import annotations
+
+from ..errors import OmniDraftError
+
+POLICIES = ("fixed", "heuristic", "auto")
+
+
+class DraftLength:
+    """One round at a time: `budget()` before drafting, `stop(p)` after each token, `observe` after verifying."""
+
+    def __init__(self, policy: str = "fixed", k: int = 4, max_len: int = 8, gamma: float = 0.5):
+        if policy not in POLICIES:
+            raise OmniDraftError(f"draft length {policy!r}: use a number, 'heuristic' or 'auto'")
+        if not 0 < gamma < 1:
+            raise OmniDraftError("gamma must be in (0, 1)")
+        if k < 1 or max_len < 1:
+            raise OmniDraftError("draft length must be at least 1")
+        self.policy = policy
+        self.max_len = max_len if policy != "fixed" else k
+        self.k = min(k, self.max_len)
+        self.gamma = gamma
+        self._survive = 1.0
+
+    @property
+    def needs_head(self) -> bool:
+        return self.policy == "auto"
+
+    def budget(self) -> int:
+        self._survive = 1.0
+        return self.max_len if self.policy == "auto" else self.k
+
+    def stop(self, accept_prob: float | None) -> bool:
+        """After drafting a token: stop here?"""
+        if self.policy != "auto":
+            return False
+        self._survive *= float(accept_prob)
+        return 1.0 - self._survive > self.gamma
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        if self.policy == "heuristic" and proposed:
+            self.k = min(self.max_len, self.k + 2) if accepted == proposed else max(1, self.k - 1)
