@@ -7,9 +7,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROMPT ?= Once upon a time, in a small village by the sea,
 
-BUNDLES := $(or $(OMNIDRAFT_HOME),$(HOME)/.cache/omnidraft)/bundles
+HOME_DIR := $(or $(OMNIDRAFT_HOME),$(HOME)/.cache/omnidraft)
+BUNDLES := $(HOME_DIR)/bundles
+JAVA_BUILD := build/java
+JUNIT_CP := /usr/share/java/junit4.jar:/usr/share/java/hamcrest-core.jar
 
-.PHONY: install prepare demo test test-fast test-bundles bundles bench bench-backends bench-peers bench-adapt bench-sampling clean
+.PHONY: install prepare demo test test-java golden test-fast test-bundles bundles bench bench-backends bench-peers bench-adapt bench-sampling clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +33,24 @@ demo: prepare
 
 test: prepare
 	$(BIN)/python -m pytest -q tests
+	$(MAKE) --no-print-directory test-java
+
+# The Android demo's plain-Java core against golden vectors from the Python reference
+# (real tokenizers from $(HOME_DIR)/models), plus a compile check of the app's
+# ExecuTorch runner against stubs of ExecuTorch's Java API. Prints "N passed, N failed".
+golden: prepare
+	$(BIN)/python -m omnidraft.golden --out $(JAVA_BUILD)/golden
+
+test-java: golden
+	bash android_demo/tools/install_java.sh
+	rm -rf $(JAVA_BUILD)/classes $(JAVA_BUILD)/app-check && mkdir -p $(JAVA_BUILD)/classes $(JAVA_BUILD)/app-check
+	javac --release 11 -encoding UTF-8 -cp $(JUNIT_CP) -d $(JAVA_BUILD)/classes \
+		$$(find android_demo/core/src -name '*.java')
+	javac --release 11 -encoding UTF-8 -d $(JAVA_BUILD)/app-check \
+		$$(find android_demo/core/src/main android_demo/executorch-stubs -name '*.java') \
+		android_demo/app/src/main/java/org/omnidraft/demo/ExecuTorchRunner.java
+	java -Xmx1500m -cp $(JAVA_BUILD)/classes:$(JUNIT_CP) -Domnidraft.golden=$(JAVA_BUILD)/golden \
+		-Domnidraft.models=$(HOME_DIR)/models org.omnidraft.core.TestMain
 
 test-fast: install
 	$(BIN)/python -m pytest -q tests -m "not real and not bundles"

@@ -483,6 +483,8 @@ def cmd_adapt(args) -> int:
     if held:
         report["eval_after"] = evaluate(dec, held, config)[0]
     report["adaptation"] = dec.adapter.report()
+    if dec.predictor is not None:
+        report["predictor"] = dec.predictor.summary()
     if args.json:
         print(json.dumps(report))
         return 0
@@ -494,6 +496,9 @@ def cmd_adapt(args) -> int:
     a = report["adaptation"]
     print(f"{a['updates']} updates ({a['rollbacks']} rolled back) on {a['learner']}, "
           f"{a['seconds_per_step']:.1f} s per step, {sum(a['extra_bytes'].values()) / 1e6:.0f} MB extra memory")
+    if dec.predictor is not None:
+        p = report["predictor"]
+        print(f"acceptance head: {p['updates']} updates on {p['examples']} judged draft tokens, loss {p['loss']:.3f}")
     if held:
         b, a = report["eval_before"], report["eval_after"]
         print(f"held-out ({len(held)} prompts): acceptance {b['acceptance_rate']:.3f} -> {a['acceptance_rate']:.3f}, "

@@ -158,3 +158,18 @@ def test_same_vocab_auto_with_a_perfect_drafter_drafts_to_the_cap(drafter_path, 
     lengths = [r.stats["mean_draft_len"] for r in runs]
     assert lengths == sorted(lengths) and lengths[-1] > lengths[0]
     assert lengths[-1] >= 4
+
+
+def test_with_lora_schedule_trains_the_head_only_with_the_drafter(tiny_target, tiny_drafter, target_vocab,
+                                                                  draft_vocab):
+    from omnidraft.adaptation.online import AdaptConfig, OnlineAdapter
+
+    dec = SpeculativeDecoder(tiny_target, target_vocab, _eager_drafter(tiny_drafter), draft_vocab)
+    dec.adapter = OnlineAdapter(tiny_drafter.model, dec.bridge, AdaptConfig(every=2, guard=False))
+    dec.predictor = AcceptancePredictor(tiny_drafter.head, PredictorConfig(schedule="with-lora"))
+    config = GenerationConfig(max_new_tokens=12, draft_policy="auto", max_draft_len=4)
+    counts = []
+    for text in ("def add(a, b):", "Once upon a time", "User: hi", "import os"):
+        dec.generate(target_vocab.tokenizer.encode(text), config)
+        counts.append((dec.adapter.stats.updates, dec.predictor.updates))
+    assert counts == [(0, 0), (1, 1), (1, 1), (2, 2)]

@@ -1,0 +1,51 @@
+package org.omnidraft.core;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * One interface for every way of running a model (omnidraft/runtime/runner.py): a static KV
+ * cache of maxContext positions, `forward` writes tokens at start.. and returns the logits of
+ * the last nLogits of them, `rollback` forgets everything from a position on (free: the next
+ * forward overwrites the stale slots). The app implements {@link #run} with an ExecuTorch
+ * Module; the tests with small deterministic functions.
+ */
+public abstract class ModelRunner {
+    public final int vocabSize;
+    public final int maxContext;
+    protected int position;
+    protected final List<Integer> tokens = new ArrayList<>();
+    public double lastAcceptProb = Double.NaN; // a drafter graph with an acceptance head sets it
+
+    protected ModelRunner(int vocabSize, int maxContext) {
+        this.vocabSize = vocabSize;
+        this.maxContext = maxContext;
+    }
+
+    public int position() {
+        return position;
+    }
+
+    public List<Integer> cachedTokens() {
+        return tokens;
+    }
+
+    public float[][] forward(List<Integer> input, int start, int nLogits) {
+        if (input.isEmpty()) throw new IllegalArgumentException("forward needs at least one token");
+        if (start > position) throw new IllegalArgumentException("cache holds " + position + " positions, cannot write at " + start);
+        if (start + input.size() > maxContext) throw new IllegalArgumentException("context window of " + maxContext + " exceeded");
+        float[][] logits = run(input, start, Math.max(1, Math.min(nLogits, input.size())));
+        while (tokens.size() > start) tokens.remove(tokens.size() - 1);
+        tokens.addAll(input);
+        position = start + input.size();
+        return logits;
+    }
+
+    public void rollback(int pos) {
+        position = Math.max(0, Math.min(position, pos));
+        while (tokens.size() > position) tokens.remove(tokens.size() - 1);
+    }
+
+    /** Run tokens at positions start.. and return the last nLogits rows of logits. */
+    protected abstract float[][] run(List<Integer> input, int start, int nLogits);
+}

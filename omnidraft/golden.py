@@ -1,0 +1,162 @@
+"""Golden vectors from the Python reference, replayed by the Java core's tests (android_demo/core).
+
+    python -m omnidraft.golden --out DIR
+
+writes DIR/tokenizers.json (both default tokenizers: fingerprints, encode and
+byte spellings of varied text), DIR/ngram_cache.json (a sequence of cache
+operations and what each returned), DIR/bridge.json (draft runs of the real
+pair turned into target proposals through a learned cache) and DIR/verify.json
+(greedy and sampling decisions from given logits and given uniform draws). The
+Java side must match every value exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .atomic import write_bytes_atomic
+from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer, resolve_model_path
+from .runtime.bridge import VocabBridge
+from .runtime.ngram_cache import NGramCache
+from .runtime.sampling import Sampler
+from .runtime.verify import verify
+from .runtime.vocab import Vocab
+
+TEXTS = [
+    "Hello, world!",
+    "def add(a, b):\n    return a + b\n",
+    "Crème brûlée, naïve café, Ærøskøbing, İstanbul",
+    "中文测试：你好，世界。日本語のテキスト、한국어",
+    "emoji 🍵🚀👩‍💻 and flags 🇫🇷",
+    "tabs\tand   many     spaces\n\n\n\nnewlines   \n  ",
+    "<start_of_turn>user\nhi<end_of_turn>\n<|im_start|>assistant",
+    "numbers 1234567890 3.14159 -42 1e-9",
+    "control \u0001\u0007 chars \u00a0 nbsp \u2028 sep",
+    "    indented code:\n\tif (x != y) { return x->y; }",
+    "I'm sure they'll say it's John's and we've done it",
+    "",
+]
+INVALID_BYTES = [b"cut \xe4\xb8", b"\xff\xfe bad start", b"mid \xc3( bad", b"\xe2\x82\xac ok then \xf0\x9f"]
+
+
+class Uniforms:
+    """An rng stand-in that hands out given uniform draws and records how many were used."""
+
+    def __init__(self, values):
+        self.values = list(values)
+        self.used = 0
+
+    def random(self):
+        v = self.values[self.used]
+        self.used += 1
+        return v
+
+
+def tokenizer_vectors(vocabs: dict) -> dict:
+    out = {}
+    for role, v in vocabs.items():
+        cases = []
+        for text in TEXTS:
+            ids = v.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+            cases.append({"text": text, "ids": ids, "bytes_hex": v.decode_bytes(ids).hex(),
+                          "spelled": v.encode_bytes(text.encode("utf-8"), lenient=True)})
+        for data in INVALID_BYTES:
+            cases.append({"bytes_in_hex": data.hex(), "spelled": v.encode_bytes(data, lenient=True)})
+        out[role] = {"fingerprint": v.fingerprint, "size": len(v), "cases": cases,
+                     "byte_tokens": list(v.byte_tokens)}
+    return out
+
+
+def cache_vectors(rng) -> dict:
+    cache = NGramCache("golden", max_entries=20, max_ngram=4)
+    ops = []
+    for step in range(120):
+        kind = rng.choice(["add", "add", "lookup", "record"])
+        ngram = [int(x) for x in rng.integers(0, 6, size=int(rng.integers(1, 6)))]
+        if kind == "add":
+            target = int(rng.integers(100, 110))
+            cache.add(target, ngram)
+            ops.append({"op": "add", "target": target, "ngram": ngram, "size": len(cache)})
+        elif kind == "lookup":
+            start = int(rng.integers(0, len(ngram)))
+            hit = cache.lookup(ngram, start)
+            ops.append({"op": "lookup", "draft": ngram, "start": start, "hit": list(hit) if hit else None})
+        else:
+            cache.record_accepted(ngram)
+            ops.append({"op": "record", "ngram": ngram})
+    final = [[list(k), t, c] for k, t, c in cache.items()]
+    return {"max_entries": 20, "max_ngram": 4, "ops": ops, "final": final}
+
+
+def bridge_vectors(vocabs: dict) -> dict:
+    bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
+    cache = NGramCache(bridge.pair_id)
+    for text in TEXTS[:6]:
+        bridge.learn(cache, vocabs["target"].encode_bytes(text.encode("utf-8"), lenient=True))
+    cases = []
+    for text in TEXTS:
+        draft = vocabs["drafter"].encode_bytes(text.encode("utf-8"), lenient=True)
+        for use_cache in (True, False):
+            prop = bridge.propose(draft, np.linspace(0.9, 0.1, len(draft)) if draft else np.zeros(0),
+                                  cache if use_cache else None, max_tokens=12)
+            cases.append({"draft": draft, "use_cache": use_cache, "target_ids": prop.target_ids, "q": prop.q,
+                          "kind": prop.kind, "draft_start": prop.draft_start, "draft_end": prop.draft_end})
+    direct = np.nonzero(bridge.draft_to_target >= 0)[0]
+    return {"intersection": bridge.intersection_size, "direct_sample": [[int(d), int(bridge.draft_to_target[d])]
+                                                                          for d in direct[:: max(1, len(direct) // 200)]],
+            "cache": [[list(k), t, c] for k, t, c in cache.items()], "cases": cases}
+
+
+def verify_vectors(rng) -> dict:
+    """Same-vocabulary proposals over a small vocabulary (the bridge is the identity)."""
+    vocab = 32
+    small = Vocab(None, [bytes([65 + i % 26]) * (1 + i // 26) for i in range(vocab)], np.zeros(vocab, bool),
+                  np.zeros(vocab, bool), [-1] * 256, "golden")
+    bridge = VocabBridge(small, small)
+    cases = []
+    for temperature, top_p in ((0.0, 1.0), (1.0, 1.0), (0.7, 0.9)):
+        sampler = Sampler(temperature, top_p)
+        for _ in range(12):
+            m = int(rng.integers(0, 5))
+            draft_logits = rng.normal(size=(m, vocab)) * 2
+            target_logits = rng.normal(size=(m + 1, vocab)) * 2
+            if sampler.greedy:  # make some proposals the target's own choice
+                draft = [int(np.argmax(target_logits[j])) if rng.random() < 0.6 else int(rng.integers(vocab))
+                         for j in range(m)]
+                dists, q = [None] * m, [1.0] * m
+            else:
+                dists = [sampler.probs(row) for row in draft_logits]
+                draft = [int(rng.choice(vocab, p=d)) for d in dists]
+                q = [float(d[t]) for d, t in zip(dists, draft)]
+            prop = bridge.propose(draft, np.array(q), None, max_tokens=m)
+            uniforms = Uniforms(rng.random(m + 2))
+            n, nxt = verify(prop, target_logits.astype(np.float32), sampler, uniforms, bridge, dists)
+            cases.append({"temperature": temperature, "top_p": top_p, "draft": draft,
+                          "draft_logits": draft_logits.tolist(), "target_logits": target_logits.astype(np.float32).tolist(),
+                          "uniforms": uniforms.values, "accepted": n, "next": nxt, "uniforms_used": uniforms.used})
+    return {"vocab": vocab, "cases": cases}
+
+
+def write_all(out: Path) -> None:
+    vocabs = {role: Vocab.from_tokenizer(load_tokenizer(resolve_model_path(None, default)))
+              for role, default in (("drafter", DEFAULT_DRAFTER), ("target", DEFAULT_TARGET))}
+    rng = np.random.default_rng(0)
+    files = {"tokenizers.json": tokenizer_vectors(vocabs), "ngram_cache.json": cache_vectors(rng),
+             "bridge.json": bridge_vectors(vocabs), "verify.json": verify_vectors(rng)}
+    for name, data in files.items():
+        write_bytes_atomic(Path(out) / name, json.dumps(data, ensure_ascii=False).encode("utf-8"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    write_all(ap.parse_args().out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
