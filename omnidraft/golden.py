@@ -106,7 +106,7 @@ def bridge_vectors(vocabs: dict) -> dict:
             cases.append({"draft": draft, "use_cache": use_cache, "target_ids": prop.target_ids, "q": prop.q,
                           "kind": prop.kind, "draft_start": prop.draft_start, "draft_end": prop.draft_end})
     direct = np.nonzero(bridge.draft_to_target >= 0)[0]
-    return {"intersection": bridge.intersection_size, "direct_sample": [[int(d), int(bridge.draft_to_target[d])]
+    return {"pair_id": bridge.pair_id, "cache_file": cache.to_json(), "intersection": bridge.intersection_size, "direct_sample": [[int(d), int(bridge.draft_to_target[d])]
                                                                           for d in direct[:: max(1, len(direct) // 200)]],
             "cache": [[list(k), t, c] for k, t, c in cache.items()], "cases": cases}
 

@@ -43,7 +43,10 @@ public final class ExecuTorchRunner extends ModelRunner {
         float[] flat = out[0].toTensor().getDataAsFloatArray();
         float[][] rows = new float[nLogits][vocabSize];
         for (int r = 0; r < nLogits; r++) System.arraycopy(flat, (n - nLogits + r) * vocabSize, rows[r], 0, vocabSize);
-        if (head != null) lastAcceptProb = out[2].toTensor().getDataAsFloatArray()[0];
+        if (head != null) {
+            lastHeadFeatures = out[1].toTensor().getDataAsFloatArray();
+            lastAcceptProb = out[2].toTensor().getDataAsFloatArray()[0];
+        }
         return rows;
     }
 

@@ -15,7 +15,8 @@ public abstract class ModelRunner {
     public final int maxContext;
     protected int position;
     protected final List<Integer> tokens = new ArrayList<>();
-    public double lastAcceptProb = Double.NaN; // a drafter graph with an acceptance head sets it
+    public double lastAcceptProb = Double.NaN; // a drafter graph with an acceptance head sets these
+    public float[] lastHeadFeatures;
 
     protected ModelRunner(int vocabSize, int maxContext) {
         this.vocabSize = vocabSize;

@@ -59,6 +59,22 @@ public final class NGramCache {
         for (int i = 0; i < drop; i++) entries.remove(order.get(i).getKey());
     }
 
+    /** A cache saved by the Python runtime (omnidraft-ngram-cache, version 1) for the given pair. */
+    public static NGramCache fromJson(Map<String, Object> data, String pairId) {
+        if (!"omnidraft-ngram-cache".equals(data.get("format")) || ((Number) data.get("version")).intValue() != 1) {
+            throw new IllegalArgumentException("not an n-gram cache of format version 1");
+        }
+        if (!pairId.equals(data.get("pair_id"))) throw new IllegalArgumentException("the n-gram cache belongs to another model pair");
+        NGramCache cache = new NGramCache(((Number) data.get("max_entries")).intValue(), ((Number) data.get("max_ngram")).intValue());
+        for (Object o : Json.array(data.get("entries"))) {
+            List<Object> e = Json.array(o);
+            List<Integer> ngram = new ArrayList<>();
+            for (Object x : Json.array(e.get(0))) ngram.add(((Number) x).intValue());
+            cache.entries.put(ngram, new int[] {((Number) e.get(1)).intValue(), ((Number) e.get(2)).intValue()});
+        }
+        return cache;
+    }
+
     /** Entries in insertion order: {ngram..., target, count} flattened as (ngram, target, count). */
     public List<Object[]> items() {
         List<Object[]> out = new ArrayList<>();

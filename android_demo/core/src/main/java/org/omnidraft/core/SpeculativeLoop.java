@@ -24,6 +24,9 @@ public final class SpeculativeLoop {
     private final VocabBridge bridge;
     private final List<Integer> draftPrefix; // what the drafter's tokenizer puts before a text (e.g. its BOS)
     public NGramCache cache;
+    public java.util.function.IntConsumer onToken; // each emitted target token, as it is accepted (streaming)
+    public OnlineHead onlineHead; // learns the drafter graph's acceptance head from every verified round
+    private final List<float[]> draftFeatures = new ArrayList<>();
 
     public SpeculativeLoop(ModelRunner target, ModelRunner drafter, VocabBridge bridge, List<Integer> draftPrefix,
                            NGramCache cache) {
@@ -56,6 +59,7 @@ public final class SpeculativeLoop {
             Proposal prop = new Proposal();
             List<Integer> draftIds = new ArrayList<>();
             List<double[]> draftProbs = new ArrayList<>();
+            draftFeatures.clear();
             if (speculative && maxProps > 0 && !draftSeq.isEmpty()) {
                 int k = Math.min(Math.min(length.budget(), drafter.maxContext - draftSeq.size() + 1), maxProps);
                 if (k > 0) {
@@ -73,6 +77,9 @@ public final class SpeculativeLoop {
             r.drafted += m;
             r.accepted += n;
             length.observe(m, n);
+            if (onlineHead != null && !draftIds.isEmpty() && sampler.greedy()) {
+                onlineHead.observe(draftFeatures, OnlineHead.greedyLabels(prop, logits, draftIds.size()));
+            }
             List<Integer> committed = new ArrayList<>(prop.targetIds.subList(0, n));
             committed.add(verdict[1]);
             target.rollback(seq.size() + n);
@@ -81,6 +88,7 @@ public final class SpeculativeLoop {
             for (int t : committed) {
                 if (eosIds.contains(t)) return r;
                 r.tokens.add(t);
+                if (onToken != null) onToken.accept(t);
                 if (r.tokens.size() >= maxNew) return r;
             }
         }
@@ -107,6 +115,7 @@ public final class SpeculativeLoop {
             ids.add(d);
             qs.add(probs == null ? 1.0 : probs[d]);
             dists.add(probs);
+            draftFeatures.add(drafter.lastHeadFeatures);
             if (length.stop(drafter.lastAcceptProb)) break;
             if (i + 1 < k) {
                 logits = last(drafter.forward(List.of(d), drafter.position(), 1));

@@ -49,6 +49,9 @@ public class BridgeTest {
         List<Object> targetCases = Json.array(Json.object(tokenizers.get("target")).get("cases"));
         for (int i = 0; i < 6; i++) bridge.learn(cache, Golden.ints(Json.object(targetCases.get(i)).get("spelled")));
         assertEquals(asLists(Json.array(g.get("cache"))), items(cache));
+        // the same cache as the Python runtime saves it (what a bundle ships as ngram_cache.json)
+        NGramCache saved = NGramCache.fromJson(Json.object(g.get("cache_file")), (String) g.get("pair_id"));
+        assertEquals(items(cache), items(saved));
         for (Object o : Json.array(g.get("cases"))) {
             Map<String, Object> c = Json.object(o);
             List<Integer> draft = Golden.ints(c.get("draft"));

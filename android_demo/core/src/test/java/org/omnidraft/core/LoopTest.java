@@ -104,6 +104,57 @@ public class LoopTest {
     }
 
     @Test
+    public void headLabelsFollowTheReferenceConventions() {
+        Proposal p = new Proposal(); // draft 0 direct, 1-2 merged, 3 split in two, 4 direct, 5 past a gap
+        p.append(7, 1.0, Proposal.DIRECT, 0, 1, 0);
+        p.append(8, 1.0, Proposal.NGRAM, 1, 3, 1);
+        p.append(2, 1.0, Proposal.SPLIT_FIRST, 3, 3, 3);
+        p.append(3, 1.0, Proposal.SPLIT_REST, 3, 4, 3);
+        p.append(9, 1.0, Proposal.DIRECT, 4, 5, 4);
+        double[] labels = OnlineHead.greedyLabels(p, choosing(7, 8, 2, 6, 9, 0), 6);
+        assertEquals(List.of(1.0, 1.0, 1.0, 0.0, 1.0), List.of(labels[0], labels[1], labels[2], labels[3], labels[4]));
+        assertTrue(Double.isNaN(labels[5]));
+        labels = OnlineHead.greedyLabels(p, choosing(7, 1, 2, 3, 9, 0), 6);
+        assertEquals(0.0, labels[1], 0);
+        assertEquals(1.0, labels[2], 0);
+    }
+
+    private static float[][] choosing(int... tokens) {
+        float[][] rows = new float[tokens.length][10];
+        for (int i = 0; i < tokens.length; i++) rows[i][tokens[i]] = 5f;
+        return rows;
+    }
+
+    @Test
+    public void autoDraftLengthFollowsTheHeadAndTheHeadLearns() throws Exception {
+        Tokenizer dt = Golden.drafter();
+        VocabBridge identity = new VocabBridge(dt, dt);
+        Bigram target = new Bigram(dt.size(), 128, 3, null);
+        AcceptanceHead head = new AcceptanceHead(3);
+        Bigram twin = new Bigram(dt.size(), 128, 3, null) { // a graph with a head: features (x, top1=0.9, 0)
+            @Override
+            protected float[][] run(List<Integer> input, int start, int nLogits) {
+                lastHeadFeatures = new float[] {1f, 0.9f, 0f};
+                lastAcceptProb = head.prob(lastHeadFeatures);
+                return super.run(input, start, nLogits);
+            }
+        };
+        SpeculativeLoop loop = new SpeculativeLoop(target, twin, identity, List.of(), null);
+        loop.onlineHead = new OnlineHead(head, 4096);
+        List<Integer> prompt = dt.encode("User: how are you?");
+        DraftLength auto = new DraftLength(DraftLength.Policy.AUTO, 4, 8, 0.5);
+        SpeculativeLoop.Result first = loop.generate(prompt, 30, auto, new Sampler(0, 1), Math::random, Set.of(), -1);
+        // prior P = sigmoid(6 * 0.9 - 3) = 0.917 per token: drafts run until 1 - P^k > 0.5, or to the cap
+        double p = head.prob(new float[] {1f, 0.9f, 0f});
+        int expected = 1;
+        while (expected < 8 && 1 - Math.pow(p, expected) <= 0.5) expected++;
+        assertEquals(expected * first.targetCalls, first.drafted, expected * 2); // last rounds may be cut by maxNew
+        loop.onlineHead.update(30, 0.03, 0.1); // every draft was accepted: the head grows more confident
+        assertTrue(head.prob(new float[] {1f, 0.9f, 0f}) > p);
+        assertEquals(1, loop.onlineHead.updates);
+    }
+
+    @Test
     public void aTwinDrafterIsAlwaysAccepted() throws Exception {
         Tokenizer dt = Golden.drafter();
         VocabBridge identity = new VocabBridge(dt, dt);
