@@ -48,7 +48,7 @@ test-java: golden
 		$$(find android_demo/core/src -name '*.java')
 	javac --release 11 -encoding UTF-8 -d $(JAVA_BUILD)/app-check \
 		$$(find android_demo/core/src/main android_demo/executorch-stubs -name '*.java') \
-		android_demo/app/src/main/java/org/omnidraft/demo/ExecuTorchRunner.java
+		$$(find android_demo/app/src/main/java -name "*.java")
 	java -Xmx1500m -cp $(JAVA_BUILD)/classes:$(JUNIT_CP) -Domnidraft.golden=$(JAVA_BUILD)/golden \
 		-Domnidraft.models=$(HOME_DIR)/models org.omnidraft.core.TestMain
 

@@ -164,6 +164,16 @@ public final class Tokenizer {
         return tokenBytes.length;
     }
 
+    /** The id of a piece exactly as the tokenizer spells it (e.g. "<bos>", "<start_of_turn>"), or -1. */
+    public int pieceId(String piece) {
+        Integer id = vocab.get(piece);
+        if (id != null) return id;
+        for (int i = 0; i < tokenBytes.length; i++) {
+            if (special[i] && java.util.Arrays.equals(tokenBytes[i], piece.getBytes(StandardCharsets.UTF_8))) return i;
+        }
+        return -1;
+    }
+
     // -- encoding ----------------------------------------------------------------------
     /** Ids for `text`, no special tokens added, special-token text treated as plain text. */
     public List<Integer> encode(String text) {

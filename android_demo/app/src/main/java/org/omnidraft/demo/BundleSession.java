@@ -1,0 +1,174 @@
+package org.omnidraft.demo;
+
+import java.io.File;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.omnidraft.core.AcceptanceHead;
+import org.omnidraft.core.DraftLength;
+import org.omnidraft.core.Json;
+import org.omnidraft.core.NGramCache;
+import org.omnidraft.core.OnlineHead;
+import org.omnidraft.core.Sampler;
+import org.omnidraft.core.SpeculativeLoop;
+import org.omnidraft.core.Tokenizer;
+import org.omnidraft.core.VocabBridge;
+
+/**
+ * An exported OmniDraft bundle (format: omnidraft/bundle.py) opened on the phone: validated,
+ * tokenizers loaded and checked against their fingerprints, target and drafter .pte programs,
+ * the bridge and the pair's n-gram cache. Plain Java, so it compiles off-device too.
+ */
+public final class BundleSession {
+    /** A bundle the app cannot use: missing file, foreign format, version or tokenizer. */
+    public static final class BundleError extends Exception {
+        BundleError(String message) {
+            super(message);
+        }
+    }
+
+    public final Tokenizer targetTok, draftTok;
+    public final ExecuTorchRunner target, drafter;
+    public final VocabBridge bridge;
+    public final NGramCache cache;
+    public final AcceptanceHead head; // null for a version-1 bundle (no head in its drafter graph)
+    public final OnlineHead onlineHead;
+    public final int maxDraftLen;
+    public final String pairId;
+    public final Set<Integer> chatEos = new HashSet<>();
+    private final File cacheFile;
+
+    public static final class Reply {
+        public String text;
+        public int tokens, targetCalls, drafted, accepted;
+        public double seconds;
+    }
+
+    public BundleSession(File dir, File stateDir) throws BundleError, IOException {
+        File manifestFile = new File(dir, "bundle.json");
+        if (!manifestFile.isFile()) throw new BundleError("not a bundle (no bundle.json) in " + dir);
+        Map<String, Object> m;
+        try {
+            m = Json.object(Json.parse(Files.readString(manifestFile.toPath(), StandardCharsets.UTF_8)));
+        } catch (IllegalArgumentException e) {
+            throw new BundleError("bundle.json is corrupt: " + e.getMessage());
+        }
+        if (!"omnidraft-bundle".equals(m.get("format"))) throw new BundleError("bundle.json is not an OmniDraft bundle manifest");
+        int version = ((Number) m.get("version")).intValue();
+        if (version < 1 || version > 2) throw new BundleError("bundle version " + version + " is not supported; re-export it");
+        for (Map.Entry<String, Object> f : Json.object(m.get("files")).entrySet()) {
+            File file = new File(dir, f.getKey());
+            long size = ((Number) Json.object(f.getValue()).get("size")).longValue();
+            if (!file.isFile()) throw new BundleError("bundle is missing " + f.getKey());
+            if (file.length() != size) throw new BundleError("bundle file " + f.getKey() + " has the wrong size; push it again");
+        }
+        Map<String, Object> models = Json.object(m.get("models"));
+        Map<String, Object> t = Json.object(models.get("target")), d = Json.object(models.get("drafter"));
+        targetTok = tokenizer(dir, t);
+        draftTok = tokenizer(dir, d);
+        Object headSpec = d.get("acceptance_head");
+        head = headSpec == null ? null : new AcceptanceHead(((Number) Json.object(headSpec).get("features")).intValue());
+        onlineHead = head == null ? null : new OnlineHead(head, 4096);
+        target = runner(dir, t, null);
+        drafter = runner(dir, d, head);
+        bridge = new VocabBridge(draftTok, targetTok);
+        maxDraftLen = ((Number) m.get("max_draft_len")).intValue();
+        pairId = (String) m.get("pair_id");
+        for (Object id : Json.array(m.get("chat_eos_ids"))) chatEos.add(((Number) id).intValue());
+        cacheFile = new File(stateDir, "ngram_cache.json");
+        File shipped = m.get("ngram_cache") == null ? null : new File(dir, (String) m.get("ngram_cache"));
+        cache = loadCache(cacheFile.isFile() ? cacheFile : shipped, pairId);
+    }
+
+    private static Tokenizer tokenizer(File dir, Map<String, Object> model) throws BundleError, IOException {
+        Tokenizer tok = Tokenizer.load(new File(dir, model.get("tokenizer") + "/tokenizer.json").toPath());
+        if (!tok.fingerprint.equals(model.get("tokenizer_fingerprint"))) {
+            throw new BundleError("the tokenizer of " + model.get("name") + " does not match the exported model");
+        }
+        return tok;
+    }
+
+    private static ExecuTorchRunner runner(File dir, Map<String, Object> model, AcceptanceHead head) throws BundleError {
+        Object pte = Json.object(model.get("graphs")).get("executorch");
+        if (pte == null) throw new BundleError("the bundle has no ExecuTorch program for " + model.get("name") + " (export --format executorch)");
+        return new ExecuTorchRunner(new File(dir, (String) pte).getPath(), ((Number) model.get("vocab_size")).intValue(),
+                ((Number) model.get("max_context")).intValue(), head);
+    }
+
+    private static NGramCache loadCache(File file, String pairId) {
+        if (file == null || !file.isFile()) return new NGramCache(20000, 8);
+        try {
+            return NGramCache.fromJson(Json.object(Json.parse(Files.readString(file.toPath(), StandardCharsets.UTF_8))), pairId);
+        } catch (IOException | RuntimeException e) {
+            return new NGramCache(20000, 8); // a damaged or foreign cache: start fresh (the file is left in place)
+        }
+    }
+
+    /** A user turn in Gemma's chat format, special tokens as tokens, ready for the model's reply. */
+    public List<Integer> chatPrompt(String message) {
+        List<Integer> ids = new ArrayList<>();
+        int bos = targetTok.pieceId("<bos>"), start = targetTok.pieceId("<start_of_turn>"), end = targetTok.pieceId("<end_of_turn>");
+        if (bos >= 0) ids.add(bos);
+        ids.add(start);
+        ids.addAll(targetTok.encode("user\n" + message));
+        ids.add(end);
+        ids.addAll(targetTok.encode("\n"));
+        ids.add(start);
+        ids.addAll(targetTok.encode("model\n"));
+        return ids;
+    }
+
+    /** One greedy reply; `speculative` off runs the target alone (the baseline), `learn` trains cache and head. */
+    public Reply reply(String message, int maxNew, boolean speculative, boolean learn, boolean autoDraftLen,
+                       java.util.function.IntConsumer onToken) {
+        List<Integer> prompt = chatPrompt(message);
+        SpeculativeLoop loop = new SpeculativeLoop(target, speculative ? drafter : null, bridge, List.of(),
+                learn ? cache : null);
+        loop.onToken = onToken;
+        loop.onlineHead = learn ? onlineHead : null;
+        DraftLength length = autoDraftLen && head != null
+                ? new DraftLength(DraftLength.Policy.AUTO, 4, maxDraftLen, 0.5)
+                : new DraftLength(DraftLength.Policy.FIXED, Math.min(4, maxDraftLen), maxDraftLen, 0.5);
+        long t0 = System.nanoTime();
+        SpeculativeLoop.Result r = loop.generate(prompt, maxNew, length, new Sampler(0, 1), Math::random, chatEos,
+                targetTok.pieceId("<bos>"));
+        Reply out = new Reply();
+        out.seconds = (System.nanoTime() - t0) / 1e9;
+        out.text = targetTok.decode(r.tokens);
+        out.tokens = r.tokens.size();
+        out.targetCalls = r.targetCalls;
+        out.drafted = r.drafted;
+        out.accepted = r.accepted;
+        if (learn && onlineHead != null) onlineHead.update(30, 0.03, 0.1);
+        return out;
+    }
+
+    /** Keep what was learned (written to a temporary file, then renamed). */
+    public void saveCache() throws IOException {
+        StringBuilder b = new StringBuilder();
+        b.append("{\"format\":\"omnidraft-ngram-cache\",\"version\":1,\"pair_id\":\"").append(pairId)
+                .append("\",\"max_entries\":").append(cache.maxEntries).append(",\"max_ngram\":").append(cache.maxNgram)
+                .append(",\"entries\":[");
+        boolean first = true;
+        for (Object[] e : cache.items()) {
+            if (!first) b.append(',');
+            first = false;
+            b.append('[').append(e[0].toString().replace(" ", "")).append(',').append(e[1]).append(',').append(e[2]).append(']');
+        }
+        b.append("]}");
+        File tmp = new File(cacheFile.getPath() + ".tmp");
+        Files.writeString(tmp.toPath(), b.toString(), StandardCharsets.UTF_8);
+        Files.move(tmp.toPath(), cacheFile.toPath(), java.nio.file.StandardCopyOption.REPLACE_EXISTING,
+                java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+    }
+
+    public void close() {
+        target.close();
+        drafter.close();
+    }
+}
