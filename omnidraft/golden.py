@@ -6,7 +6,8 @@ writes DIR/tokenizers.json (both default tokenizers: fingerprints, encode and
 byte spellings of varied text), DIR/ngram_cache.json (a sequence of cache
 operations and what each returned), DIR/bridge.json (draft runs of the real
 pair turned into target proposals through a learned cache) and DIR/verify.json
-(greedy and sampling decisions from given logits and given uniform draws). The
+(greedy and sampling decisions from given logits and given uniform draws) and
+DIR/training.json (a LoRA training example and its padded window). The
 Java side must match every value exactly.
 """
 
@@ -141,12 +142,41 @@ def verify_vectors(rng) -> dict:
     return {"vocab": vocab, "cases": cases}
 
 
+def synthetic_rows(n: int, vocab: int) -> np.ndarray:
+    """Target logits both sides can compute: sin(0.37 j + 0.0011 v) in float64, stored as float32."""
+    j, v = np.meshgrid(np.arange(n), np.arange(vocab), indexing="ij")
+    return np.sin(0.37 * j + 0.0011 * v).astype(np.float32)
+
+
+def training_vectors(vocabs: dict, window: int = 48) -> dict:
+    """A LoRA training example from committed tokens (KL and NLL units) and its padded window."""
+    from .adaptation.examples import ExampleBuilder, Mapping
+    from .export.training_export import window_inputs
+
+    bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
+    mapping = Mapping.from_bridge(bridge)
+    prompt = vocabs["drafter"].encode_bytes("def add(a, b):".encode(), lenient=True)
+    committed = vocabs["target"].encode_bytes(" return a + b  # café 中文 🍵 flakes".encode(), lenient=True)
+    rows = synthetic_rows(len(committed), len(vocabs["target"]))
+    builder = ExampleBuilder(bridge, mapping, prompt)
+    builder.add(committed, rows)
+    example = builder.build()
+    ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight = (t.numpy() for t in window_inputs(
+        example, window, len(mapping)))
+    return {"prompt": prompt, "committed": committed, "window": window, "mapped": len(mapping),
+            "example_ids": example.ids.tolist(), "kl_pos": example.kl_pos.tolist(), "nll_pos": example.nll_pos.tolist(),
+            "ids": ids[0].tolist(), "kl_rows": kl_rows.tolist(), "kl_weight": kl_weight.tolist(),
+            "nll_rows": nll_rows.tolist(), "nll_labels": nll_labels.tolist(), "nll_weight": nll_weight.tolist(),
+            "kl_target_head": kl_target[:, :8].tolist(), "kl_target_sum": float(kl_target.astype(np.float64).sum())}
+
+
 def write_all(out: Path) -> None:
     vocabs = {role: Vocab.from_tokenizer(load_tokenizer(resolve_model_path(None, default)))
               for role, default in (("drafter", DEFAULT_DRAFTER), ("target", DEFAULT_TARGET))}
     rng = np.random.default_rng(0)
     files = {"tokenizers.json": tokenizer_vectors(vocabs), "ngram_cache.json": cache_vectors(rng),
-             "bridge.json": bridge_vectors(vocabs), "verify.json": verify_vectors(rng)}
+             "bridge.json": bridge_vectors(vocabs), "verify.json": verify_vectors(rng),
+             "training.json": training_vectors(vocabs)}
     for name, data in files.items():
         write_bytes_atomic(Path(out) / name, json.dumps(data, ensure_ascii=False).encode("utf-8"))
 

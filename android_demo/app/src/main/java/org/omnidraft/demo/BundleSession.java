@@ -40,6 +40,10 @@ public final class BundleSession {
     public final OnlineHead onlineHead;
     public final int maxDraftLen;
     public final String pairId;
+    public final LoraTrainer trainer; // null unless the bundle was exported --with-training
+    private final java.util.ArrayDeque<org.omnidraft.core.TrainingExample> examples = new java.util.ArrayDeque<>();
+    private int replies;
+    public float lastLoss = Float.NaN;
     public final Set<Integer> chatEos = new HashSet<>();
     private final File cacheFile;
 
@@ -74,8 +78,21 @@ public final class BundleSession {
         Object headSpec = d.get("acceptance_head");
         head = headSpec == null ? null : new AcceptanceHead(((Number) Json.object(headSpec).get("features")).intValue());
         onlineHead = head == null ? null : new OnlineHead(head, 4096);
-        target = runner(dir, t, null);
-        drafter = runner(dir, d, head);
+        target = runner(dir, t, null, "executorch");
+        Object training = m.get("training");
+        if (training != null) { // the drafter that takes LoRA tensors, fed by the training program's live ones
+            Map<String, Object> tr = Json.object(training);
+            List<String> names = new ArrayList<>();
+            for (Object o : Json.array(tr.get("lora_inputs"))) names.add((String) Json.array(o).get(0));
+            String trainPte = new File(dir, (String) Json.object(d.get("graphs")).get("executorch_train")).getPath();
+            trainer = new LoraTrainer(trainPte, names, ((Number) tr.get("window")).intValue(),
+                    ((Number) tr.get("mapped")).intValue(), 0.03);
+            drafter = runner(dir, d, head, "executorch_lora");
+            drafter.extraInputs = trainer.loraInputs();
+        } else {
+            trainer = null;
+            drafter = runner(dir, d, head, "executorch");
+        }
         bridge = new VocabBridge(draftTok, targetTok);
         maxDraftLen = ((Number) m.get("max_draft_len")).intValue();
         pairId = (String) m.get("pair_id");
@@ -93,8 +110,9 @@ public final class BundleSession {
         return tok;
     }
 
-    private static ExecuTorchRunner runner(File dir, Map<String, Object> model, AcceptanceHead head) throws BundleError {
-        Object pte = Json.object(model.get("graphs")).get("executorch");
+    private static ExecuTorchRunner runner(File dir, Map<String, Object> model, AcceptanceHead head, String graph)
+            throws BundleError {
+        Object pte = Json.object(model.get("graphs")).get(graph);
         if (pte == null) throw new BundleError("the bundle has no ExecuTorch program for " + model.get("name") + " (export --format executorch)");
         return new ExecuTorchRunner(new File(dir, (String) pte).getPath(), ((Number) model.get("vocab_size")).intValue(),
                 ((Number) model.get("max_context")).intValue(), head);
@@ -131,6 +149,7 @@ public final class BundleSession {
                 learn ? cache : null);
         loop.onToken = onToken;
         loop.onlineHead = learn ? onlineHead : null;
+        loop.collectExample = learn && trainer != null;
         DraftLength length = autoDraftLen && head != null
                 ? new DraftLength(DraftLength.Policy.AUTO, 4, maxDraftLen, 0.5)
                 : new DraftLength(DraftLength.Policy.FIXED, Math.min(4, maxDraftLen), maxDraftLen, 0.5);
@@ -145,7 +164,17 @@ public final class BundleSession {
         out.drafted = r.drafted;
         out.accepted = r.accepted;
         if (learn && onlineHead != null) onlineHead.update(30, 0.03, 0.1);
+        if (loop.lastExample != null && !loop.lastExample.isEmpty()) adapt(loop.lastExample);
         return out;
+    }
+
+    /** Every 4 replies, one LoRA step on each of the newest 4 examples (the LoRA tensors change in place). */
+    private void adapt(org.omnidraft.core.TrainingExample example) {
+        examples.addLast(example);
+        while (examples.size() > 4) examples.removeFirst();
+        if (++replies % 4 != 0) return;
+        for (org.omnidraft.core.TrainingExample e : examples) lastLoss = trainer.step(e);
+        drafter.rollback(0); // new weights: the drafter's cached keys and values are stale
     }
 
     /** Keep what was learned (written to a temporary file, then renamed). */
@@ -170,5 +199,6 @@ public final class BundleSession {
     public void close() {
         target.close();
         drafter.close();
+        if (trainer != null) trainer.close();
     }
 }

@@ -11,12 +11,13 @@ import org.pytorch.executorch.Tensor;
  * A bundle's .pte behind the core's runner interface (the phone twin of
  * omnidraft/runtime/executorch_runner.py). Inputs: input_ids [1, n], position_ids [1, n]
  * (int64), then, for a drafter exported with an acceptance head, head_weight [F] and
- * head_bias [1]; outputs: logits [1, n, vocab] and, with the head, head_features [1, F]
+ * head_bias [1], then (drafter_lora.pte) the LoRA tensors; outputs: logits [1, n, vocab] and, with the head, head_features [1, F]
  * and accept_prob [1]. The KV cache lives inside the program.
  */
 public final class ExecuTorchRunner extends ModelRunner {
     private final Module module;
     private final AcceptanceHead head; // null for the target or a bundle without heads
+    public List<Tensor> extraInputs = new java.util.ArrayList<>(); // drafter_lora.pte: the live LoRA tensors
 
     public ExecuTorchRunner(String ptePath, int vocabSize, int maxContext, AcceptanceHead head) {
         super(vocabSize, maxContext);
@@ -34,12 +35,15 @@ public final class ExecuTorchRunner extends ModelRunner {
             pos[i] = start + i;
         }
         long[] shape = {1, n};
-        EValue[] inputs = head == null
-                ? new EValue[] {EValue.from(Tensor.fromBlob(ids, shape)), EValue.from(Tensor.fromBlob(pos, shape))}
-                : new EValue[] {EValue.from(Tensor.fromBlob(ids, shape)), EValue.from(Tensor.fromBlob(pos, shape)),
-                        EValue.from(Tensor.fromBlob(head.weight, new long[] {head.weight.length})),
-                        EValue.from(Tensor.fromBlob(head.bias, new long[] {1}))};
-        EValue[] out = module.forward(inputs);
+        List<EValue> inputs = new java.util.ArrayList<>();
+        inputs.add(EValue.from(Tensor.fromBlob(ids, shape)));
+        inputs.add(EValue.from(Tensor.fromBlob(pos, shape)));
+        if (head != null) {
+            inputs.add(EValue.from(Tensor.fromBlob(head.weight, new long[] {head.weight.length})));
+            inputs.add(EValue.from(Tensor.fromBlob(head.bias, new long[] {1})));
+        }
+        for (Tensor t : extraInputs) inputs.add(EValue.from(t));
+        EValue[] out = module.forward(inputs.toArray(new EValue[0]));
         float[] flat = out[0].toTensor().getDataAsFloatArray();
         float[][] rows = new float[nLogits][vocabSize];
         for (int r = 0; r < nLogits; r++) System.arraycopy(flat, (n - nLogits + r) * vocabSize, rows[r], 0, vocabSize);

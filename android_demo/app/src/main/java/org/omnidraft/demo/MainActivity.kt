@@ -36,7 +36,7 @@ class MainActivity : Activity() {
         val root = LinearLayout(this).apply { orientation = LinearLayout.VERTICAL; setPadding(24, 24, 24, 24) }
         status = TextView(this).apply { text = "loading the bundle..." }
         speculative = Switch(this).apply { text = "speculative decoding"; isChecked = true }
-        learn = Switch(this).apply { text = "learn online (n-gram cache, acceptance head)"; isChecked = true }
+        learn = Switch(this).apply { text = "learn online (n-gram cache, acceptance head, LoRA)"; isChecked = true }
         autoLen = Switch(this).apply { text = "adaptive draft length"; isChecked = true }
         transcript = TextView(this).apply { textSize = 16f }
         val scroll = ScrollView(this).apply { addView(transcript) }
@@ -97,8 +97,9 @@ class MainActivity : Activity() {
             val acceptance = if (reply.drafted > 0) reply.accepted.toDouble() / reply.drafted else 0.0
             runOnUiThread {
                 status.text = String.format(
-                    "%s: %.2f tok/s, %.2f tokens/target call, acceptance %.2f, n-gram cache %d",
-                    if (spec) "speculative" else "target only", tps, perCall, acceptance, s.cache.size()
+                    "%s: %.2f tok/s, %.2f tokens/target call, acceptance %.2f, n-gram cache %d%s",
+                    if (spec) "speculative" else "target only", tps, perCall, acceptance, s.cache.size(),
+                    if (s.trainer != null) String.format(", LoRA steps %d (loss %.3f)", s.trainer.steps, s.lastLoss) else ""
                 )
                 send.isEnabled = true
             }

@@ -26,6 +26,8 @@ public final class SpeculativeLoop {
     public NGramCache cache;
     public java.util.function.IntConsumer onToken; // each emitted target token, as it is accepted (streaming)
     public OnlineHead onlineHead; // learns the drafter graph's acceptance head from every verified round
+    public boolean collectExample; // build lastExample from each generation, for a LoRA step
+    public TrainingExample lastExample;
     private final List<float[]> draftFeatures = new ArrayList<>();
 
     public SpeculativeLoop(ModelRunner target, ModelRunner drafter, VocabBridge bridge, List<Integer> draftPrefix,
@@ -51,6 +53,8 @@ public final class SpeculativeLoop {
             draftSeq.addAll(bridge.draft.encodeBytes(bridge.target.decodeBytes(body), true));
             prefill(drafter, draftSeq);
         }
+        TrainingExample example = collectExample && speculative ? new TrainingExample(bridge, new ArrayList<>(draftSeq)) : null;
+        lastExample = example;
         prefill(target, seq);
         while (true) {
             int room = target.maxContext - seq.size();
@@ -82,6 +86,7 @@ public final class SpeculativeLoop {
             }
             List<Integer> committed = new ArrayList<>(prop.targetIds.subList(0, n));
             committed.add(verdict[1]);
+            if (example != null) example.add(committed, java.util.Arrays.copyOf(logits, n + 1));
             target.rollback(seq.size() + n);
             seq.addAll(committed);
             if (speculative) afterRound(draftSeq, draftIds, prop, n, verdict[1], committed);

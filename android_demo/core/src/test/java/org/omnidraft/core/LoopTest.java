@@ -92,12 +92,21 @@ public class LoopTest {
             for (DraftLength.Policy policy : List.of(DraftLength.Policy.FIXED, DraftLength.Policy.HEURISTIC)) {
                 Bigram drafter = new Bigram(dt.size(), 192, 7, boost);
                 SpeculativeLoop loop = new SpeculativeLoop(target, drafter, bridge, List.of(), cache);
+                loop.collectExample = true;
                 SpeculativeLoop.Result got = loop.generate(prompt, 20, new DraftLength(policy, 4, 6, 0.5), new Sampler(0, 1),
                         Math::random, Set.of(), 2);
                 assertEquals(text + " " + policy, base.tokens, got.tokens);
                 assertTrue(got.drafted > 0 && got.accepted <= got.drafted);
                 assertTrue("the smart drafter is accepted sometimes", got.accepted > 0);
                 assertTrue(got.targetCalls < base.targetCalls);
+                // the training example spells the drafter's prompt and then exactly the committed text
+                TrainingExample e = loop.lastExample;
+                byte[] spelled = dt.decodeBytes(e.ids);
+                byte[] prompted = tt.decodeBytes(prompt.subList(1, prompt.size()));
+                byte[] reply = tt.decodeBytes(got.tokens);
+                assertEquals(new String(prompted, StandardCharsets.UTF_8) + new String(reply, StandardCharsets.UTF_8),
+                        new String(spelled, StandardCharsets.UTF_8));
+                assertEquals(e.ids.size() - dt.encodeBytes(prompted, true).size(), e.klPos.size() + e.nllPos.size());
             }
             assertTrue(new String(tt.decodeBytes(base.tokens), StandardCharsets.UTF_8).length() > 0);
         }

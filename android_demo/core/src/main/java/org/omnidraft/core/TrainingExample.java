@@ -1,0 +1,104 @@
+package org.omnidraft.core;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * One generation as a LoRA training example for the bundle's drafter_train.pte
+ * (omnidraft/adaptation/examples.py and export/training_export.py's window_inputs): the
+ * drafter's prompt followed by every committed target token spelled in draft tokens. A token
+ * spelled by its one directly mapped twin is a KL unit (the target's logits over the mapped
+ * vocabulary are kept); a token spelled by several draft tokens is an NLL unit over them.
+ */
+public final class TrainingExample {
+    public final List<Integer> ids = new ArrayList<>();
+    public final List<Integer> klPos = new ArrayList<>();
+    public final List<float[]> klTarget = new ArrayList<>();
+    public final List<Integer> nllPos = new ArrayList<>();
+    private final VocabBridge bridge;
+    private final int[] mappedTargets; // the target twins of the mapped draft tokens, in draft-id order
+    private boolean closed;
+
+    public TrainingExample(VocabBridge bridge, List<Integer> draftPrompt) {
+        this.bridge = bridge;
+        this.mappedTargets = mappedTargets(bridge);
+        ids.addAll(draftPrompt);
+        closed = draftPrompt.isEmpty();
+    }
+
+    /** The mapping's size: the width of the training program's kl_target input. */
+    public static int[] mappedTargets(VocabBridge bridge) {
+        List<Integer> t = new ArrayList<>();
+        for (int d = 0; d < bridge.draftToTarget.length; d++) if (bridge.draftToTarget[d] >= 0) t.add(bridge.draftToTarget[d]);
+        int[] out = new int[t.size()];
+        for (int i = 0; i < out.length; i++) out[i] = t.get(i);
+        return out;
+    }
+
+    /** committed.get(j) was scored by targetLogits[j]. */
+    public void add(List<Integer> committed, float[][] targetLogits) {
+        for (int j = 0; j < committed.size(); j++) {
+            if (closed) return;
+            int t = committed.get(j);
+            if (t >= bridge.target.size() || bridge.target.special[t]) { closed = true; return; } // end of text
+            List<Integer> spelling = bridge.draft.encodeBytes(bridge.target.tokenBytes[t], true);
+            if (spelling.isEmpty()) { closed = true; return; } // later positions would be misaligned
+            int first = ids.size() - 1; // the logits here predict the spelling's first token
+            if (spelling.size() == 1 && bridge.draftToTarget[spelling.get(0)] == t) {
+                klPos.add(first);
+                float[] row = new float[mappedTargets.length];
+                for (int i = 0; i < row.length; i++) row[i] = targetLogits[j][mappedTargets[i]];
+                klTarget.add(row);
+            } else {
+                for (int k = 0; k < spelling.size(); k++) nllPos.add(first + k);
+            }
+            ids.addAll(spelling);
+        }
+    }
+
+    public boolean isEmpty() {
+        return klPos.isEmpty() && nllPos.isEmpty();
+    }
+
+    /** The training program's inputs for the last `window` tokens, padded with zero weights. */
+    public static final class Window {
+        public final long[] ids, klRows, nllRows, nllLabels;
+        public final float[] klTarget, klWeight, nllWeight;
+        public final int window, mapped;
+
+        public Window(int window, int mapped) {
+            this.window = window;
+            this.mapped = mapped;
+            ids = new long[window];
+            klRows = new long[window];
+            nllRows = new long[window];
+            nllLabels = new long[window];
+            klTarget = new float[window * mapped];
+            klWeight = new float[window];
+            nllWeight = new float[window];
+        }
+    }
+
+    public Window window(int window) {
+        int cut = Math.max(0, ids.size() - window);
+        Window w = new Window(window, mappedTargets.length);
+        for (int i = cut; i < ids.size(); i++) w.ids[i - cut] = ids.get(i);
+        int k = 0;
+        for (int i = 0; i < klPos.size(); i++) {
+            if (klPos.get(i) < cut) continue;
+            w.klRows[k] = klPos.get(i) - cut;
+            w.klWeight[k] = 1f;
+            System.arraycopy(klTarget.get(i), 0, w.klTarget, k * w.mapped, w.mapped);
+            k++;
+        }
+        k = 0;
+        for (int pos : nllPos) {
+            if (pos < cut) continue;
+            w.nllRows[k] = pos - cut;
+            w.nllLabels[k] = ids.get(pos + 1);
+            w.nllWeight[k] = 1f;
+            k++;
+        }
+        return w;
+    }
+}
