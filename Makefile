@@ -12,7 +12,7 @@ BUNDLES := $(HOME_DIR)/bundles
 JAVA_BUILD := build/java
 JUNIT_CP := /usr/share/java/junit4.jar:/usr/share/java/hamcrest-core.jar
 
-.PHONY: install prepare demo test test-java golden test-fast test-bundles bundles bench bench-backends bench-peers bench-adapt bench-sampling clean
+.PHONY: install prepare demo test test-java golden test-fast test-bundles bundles bench bench-backends bench-peers bench-adapt bench-sampling bench-draft-len clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,10 @@ bench-adapt: prepare
 	$(BIN)/python benchmarks/adaptation.py --out benchmarks/results/adaptation_prose_chat --domains prose,chat \
 		--configs cache,cache+hybrid-lora --stream 40 --window 10 --heldout 8 --max-new-tokens 24 --forgetting ""
 	$(BIN)/python benchmarks/plot.py
+
+# Draft length: fixed k, the HF heuristic, the acceptance head (about 40 minutes here).
+bench-draft-len: prepare
+	$(BIN)/python benchmarks/draft_length.py --out benchmarks/results/draft_length
 
 bench-sampling: prepare
 	$(BIN)/python benchmarks/sampling_tv.py --out benchmarks/results/sampling_tv --runs 20000 --seeds 5 \

@@ -198,3 +198,41 @@ def chi_square_p(counts: dict, law: dict, runs: int) -> float:
     from scipy import stats
 
     return stats.chisquare(obs_cells, exp_cells)[1]
+
+
+# -- one tiny exported bundle shared by the export, training-graph and simulator tests ---------
+TINY_MAX_DRAFT = 4
+TINY_WINDOW = 48
+
+
+def tiny_lora():
+    from omnidraft.adaptation.lora import LoRAConfig
+
+    return LoRAConfig(rank=4, alpha=8.0, targets=("q_proj", "v_proj", "down_proj"))
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory, target_path, drafter_path):
+    """Tiny random target (with a sliding window shorter than the context) and drafter, saved as checkpoints."""
+    from omnidraft.models import load_tokenizer
+
+    root = tmp_path_factory.mktemp("ckpt")
+    out = {}
+    for role, src, seed, window in (("target", target_path, 1, 8), ("drafter", drafter_path, 2, None)):
+        model = tiny_model(src, seed=seed, sliding_window=window)
+        model.save_pretrained(root / role)
+        load_tokenizer(src).save_pretrained(root / role)
+        out[role] = root / role
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tmp_path_factory, tiny_checkpoints):
+    """Exported once per session (the slowest fixture): ONNX + ExecuTorch, with the training programs."""
+    from omnidraft.export.build import export_bundle
+
+    out = tmp_path_factory.mktemp("bundle") / "tiny"
+    export_bundle(out, str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]),
+                  formats=("onnx", "executorch"), max_context=64, max_draft_len=TINY_MAX_DRAFT,
+                  with_training=True, train_window=TINY_WINDOW, lora=tiny_lora())
+    return out

@@ -14,37 +14,20 @@ import pytest
 
 from omnidraft.bundle import load_bundle
 from omnidraft.errors import OmniDraftError
-from omnidraft.export.build import export_bundle
 from omnidraft.pair import build_bundle_pair, open_runner
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.runner import EagerRunner
 
-from .conftest import tiny_model
+from .conftest import TINY_MAX_DRAFT
 
-MAX_DRAFT = 4
+MAX_DRAFT = TINY_MAX_DRAFT
 BACKENDS = ["onnxruntime", "executorch"]
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoints(tmp_path_factory, target_path, drafter_path):
-    from omnidraft.models import load_tokenizer
-
-    root = tmp_path_factory.mktemp("ckpt")
-    out = {}
-    for role, src, seed, window in (("target", target_path, 1, 8), ("drafter", drafter_path, 2, None)):
-        model = tiny_model(src, seed=seed, sliding_window=window)
-        model.save_pretrained(root / role)
-        load_tokenizer(src).save_pretrained(root / role)
-        out[role] = root / role
-    return out
-
-
-@pytest.fixture(scope="module")
-def bundle_dir(tmp_path_factory, tiny_checkpoints):
-    out = tmp_path_factory.mktemp("bundle") / "tiny"
-    export_bundle(out, str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]),
-                  formats=("onnx", "executorch"), max_context=64, max_draft_len=MAX_DRAFT)
-    return out
+@pytest.fixture
+def bundle_dir(tiny_bundle):
+    """The shared tiny bundle (conftest.py): ONNX and ExecuTorch graphs, training programs too."""
+    return tiny_bundle
 
 
 def test_bundle_manifest(bundle_dir):

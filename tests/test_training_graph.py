@@ -12,7 +12,7 @@ import torch
 
 from omnidraft.adaptation.examples import ExampleBuilder, Mapping
 from omnidraft.adaptation.learners import ExecuTorchLearner
-from omnidraft.adaptation.lora import LoRAConfig, lora_parameters
+from omnidraft.adaptation.lora import lora_parameters
 from omnidraft.adaptation.online import AdaptConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.export.build import export_bundle
@@ -21,19 +21,17 @@ from omnidraft.models import load_model
 from omnidraft.pair import attach_adapter, build_bundle_pair
 from omnidraft.runtime.decoding import GenerationConfig
 
-from .test_export import tiny_checkpoints  # noqa: F401 - the shared module fixture
+from .conftest import TINY_WINDOW as WINDOW
+from .conftest import tiny_lora
 
-WINDOW = 48
-LORA = LoRAConfig(rank=4, alpha=8.0, targets=("q_proj", "v_proj", "down_proj"))
+LORA = tiny_lora()
 LR = 0.05
 
 
-@pytest.fixture(scope="module")
-def training_bundle(tmp_path_factory, tiny_checkpoints):  # noqa: F811
-    out = tmp_path_factory.mktemp("bundle") / "trainable"
-    export_bundle(out, str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]), formats=("executorch",),
-                  max_context=64, max_draft_len=4, with_training=True, train_window=WINDOW, lora=LORA)
-    return out
+@pytest.fixture
+def training_bundle(tiny_bundle):
+    """The shared tiny bundle (conftest.py), exported --with-training."""
+    return tiny_bundle
 
 
 @pytest.fixture
@@ -61,7 +59,7 @@ def learner_for(pair, lr=LR):
     return ExecuTorchLearner(path, names, training["window"], training["mapped"], lr, pair.decoder.drafter)
 
 
-def eager_twin(tiny_checkpoints, learner):  # noqa: F811
+def eager_twin(tiny_checkpoints, learner):
     """The eager drafter with the program's current LoRA values."""
     model = lora_model(load_model(tiny_checkpoints["drafter"]), LORA)
     with torch.no_grad():
@@ -79,7 +77,7 @@ def test_only_lora_tensors_are_exposed(pair):
     assert training["window"] == WINDOW and training["lora"]["rank"] == LORA.rank
 
 
-def test_step_through_the_program_matches_an_eager_step(pair, tiny_checkpoints):  # noqa: F811
+def test_step_through_the_program_matches_an_eager_step(pair, tiny_checkpoints):
     learner = learner_for(pair)
     example = an_example(pair)
     model = eager_twin(tiny_checkpoints, learner)
@@ -100,7 +98,7 @@ def test_step_through_the_program_matches_an_eager_step(pair, tiny_checkpoints):
     assert changed > 0  # the B matrices (zero at export) moved
 
 
-def test_updated_lora_drives_the_next_drafter_call(pair, tiny_checkpoints):  # noqa: F811
+def test_updated_lora_drives_the_next_drafter_call(pair, tiny_checkpoints):
     learner = learner_for(pair)
     drafter = pair.decoder.drafter
     assert drafter.extra_inputs is learner.lora_inputs
@@ -129,7 +127,7 @@ def test_greedy_output_unchanged_while_adapting_on_executorch(pair, tmp_path):
     assert dec.adapter.stats.updates >= 2 and path.exists()
 
 
-def test_adapt_needs_a_training_bundle(training_bundle, tiny_checkpoints, tmp_path, monkeypatch):  # noqa: F811
+def test_adapt_needs_a_training_bundle(training_bundle, tiny_checkpoints, tmp_path, monkeypatch):
     monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
     plain = tmp_path / "plain"
     export_bundle(plain, str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]), formats=("onnx",),
