@@ -149,13 +149,18 @@ def test_full_disk_save_warns_and_keeps_old_file(tmp_path, monkeypatch):
     messages = []
     monkeypatch.setattr("omnidraft.pair.log", messages.append)
 
-    class _Decoder:  # Pair.save_cache only reads .ngram_cache
-        ngram_cache = cache
+    from omnidraft.adaptation.predictor import AcceptancePredictor
+    from omnidraft.runtime.acceptance import AcceptanceHead
 
-    Pair(_Decoder(), "t", "d", None, path).save_cache()
+    class _Decoder:  # Pair.save_cache only reads what the pair learned online
+        ngram_cache = cache
+        predictor = AcceptancePredictor(AcceptanceHead.initial(6))
+
+    Pair(_Decoder(), "t", "d", None, path, predictor_path=tmp_path / "head.npz").save_cache()
     assert path.read_bytes() == before
-    assert len(messages) == 1 and "No space left on device" in messages[0]
-    assert [p.name for p in tmp_path.iterdir()] == ["cache.json"]
+    assert len(messages) == 2 and all("No space left on device" in m for m in messages)
+    assert "acceptance head" in messages[1]
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.json"]  # no head file, no temporary left
 
 
 def test_soak_command_reports_memory_cache_rollbacks_and_acceptance(tmp_path, tiny_checkpoints):
