@@ -24,7 +24,7 @@ import torch
 
 from omnidraft import corpora
 from omnidraft.adaptation.predictor import AcceptancePredictor
-from omnidraft.pair import build_eager_pair
+from omnidraft.pair import build_bundle_pair, build_eager_pair
 from omnidraft.runtime.acceptance import AcceptanceHead
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.ngram_cache import NGramCache
@@ -97,19 +97,26 @@ def main() -> int:
     ap.add_argument("--cap", type=int, default=8, help="longest draft of the adaptive methods")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--bundle", type=Path, help="run an exported bundle (version 2: drafter graph with the head)")
+    ap.add_argument("--backend", choices=("executorch", "onnxruntime"), default="executorch",
+                    help="with --bundle")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
 
-    pair = build_eager_pair(drafter=args.drafter, use_ngram_cache=False)
+    if args.bundle:
+        pair = build_bundle_pair(args.bundle, args.backend, threads=args.threads, use_ngram_cache=False)
+    else:
+        pair = build_eager_pair(drafter=args.drafter, use_ngram_cache=False)
+    backend = pair.decoder.target.backend
     drafter = pair.decoder.drafter
     table = methods([int(k) for k in args.fixed.split(",")], [float(g) for g in args.gammas.split(",")], args.cap)
     result = {"command": " ".join(["benchmarks/draft_length.py", *sys.argv[1:]]), "threads": args.threads,
               "date": time.strftime("%Y-%m-%d"), "warmup": args.warmup, "prompts": args.prompts,
               "max_new_tokens": args.max_new_tokens, "cap": args.cap, "target": pair.target_name,
-              "drafter": pair.drafter_name, "backend": "eager", "domains": {}}
+              "drafter": pair.drafter_name, "backend": backend, "domains": {}}
     start = time.perf_counter()
     for domain in args.domains.split(","):
         chat = domain == "chat"
