@@ -90,7 +90,7 @@ def test_the_cache_never_exceeds_its_bound(texts, bound, bridge):
         assert len(cache) <= bound
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=TEXT.filter(lambda t: t.strip()), k=st.integers(1, 6))
 def test_greedy_output_equals_target_only_for_any_text(text, k, tiny_target, tiny_drafter, target_vocab, draft_vocab):
     """Tiny random models with the real tokenizers: speculative greedy == target-only greedy, any prompt."""
