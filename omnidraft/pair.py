@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import OmniDraftError
 from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
 from .progress import log
-from .runtime.acceptance import N_CONFIDENCE, AcceptanceHead
+from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
 from .runtime.decoding import SpeculativeDecoder
 from .runtime.ngram_cache import CacheFileError, NGramCache, load_or_fresh
 from .runtime.runner import EagerRunner
@@ -122,8 +122,7 @@ def attach_predictor(pair: Pair, config=None, profile: str = "default", reset: b
 
     dec = pair.decoder
     if dec.drafter is None or not dec.drafter.has_head:
-        raise OmniDraftError("--draft-len auto needs a drafter with an acceptance head "
-                             "(this bundle was exported without one: export it again)")
+        raise OmniDraftError(NO_HEAD)
     check_profile(profile)
     dec.predictor = AcceptancePredictor(dec.drafter.head, config)
     path = omnidraft_home() / "adapters" / f"{pair.drafter_name}--{pair.target_name}--{dec.bridge.pair_id}--{profile}.head.npz"
@@ -200,7 +199,7 @@ def build_eager_pair(
     draft_vocab = Vocab.from_tokenizer(load_tokenizer(drafter_path))
     # Draft tokens can be shorter than target tokens: give the drafter twice the room.
     drafter_runner = EagerRunner(load_model(drafter_path), 2 * max_context, name="drafter")
-    drafter_runner.head = AcceptanceHead.initial(drafter_runner.model.config.get_text_config().hidden_size + N_CONFIDENCE)
+    drafter_runner.head = AcceptanceHead.initial(n_features(drafter_runner.model.config))
     decoder = SpeculativeDecoder(target_runner, target_vocab, drafter_runner, draft_vocab)
     cache_path = _attach_cache(decoder, drafter_path.name, target_path.name, use_ngram_cache, ngram_cache_size)
     return Pair(decoder, target_path.name, drafter_path.name, decoder.target_vocab, cache_path)

@@ -6,7 +6,7 @@ import pytest
 
 from omnidraft.adaptation.predictor import AcceptancePredictor, PredictorConfig
 from omnidraft.errors import OmniDraftError
-from omnidraft.runtime.acceptance import N_CONFIDENCE, AcceptanceHead, draft_labels
+from omnidraft.runtime.acceptance import N_CONFIDENCE, AcceptanceHead, draft_labels, n_features
 from omnidraft.runtime.bridge import DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST, Proposal
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.draft_length import DraftLength
@@ -77,10 +77,10 @@ def test_labels_follow_the_documented_conventions_for_merges_and_splits():
 
 def test_the_predictor_learns_which_drafts_are_accepted(tmp_path):
     rng = np.random.default_rng(0)
-    n_features = 16 + N_CONFIDENCE
-    head = AcceptanceHead.initial(n_features)
+    width = 16 + N_CONFIDENCE
+    head = AcceptanceHead.initial(width)
     predictor = AcceptancePredictor(head, PredictorConfig(epochs=200, lr=0.05, l2=1e-3))  # plenty of data: weak prior
-    x = rng.normal(size=(2000, n_features)).astype(np.float32)
+    x = rng.normal(size=(2000, width)).astype(np.float32)
     x[:, -2] = rng.uniform(size=2000)  # top-1 probability: uninformative here
     y = (x[:, 3] + 0.3 * rng.normal(size=2000) > 0.5).astype(float)  # acceptance hides in one hidden unit
     predictor.observe(list(x[:1000]), y[:1000])
@@ -91,7 +91,7 @@ def test_the_predictor_learns_which_drafts_are_accepted(tmp_path):
     # saved and restored exactly (atomic file); a damaged file is refused
     path = tmp_path / "head.npz"
     predictor.save(path)
-    other = AcceptancePredictor(AcceptanceHead.initial(n_features))
+    other = AcceptancePredictor(AcceptanceHead.initial(width))
     other.load(path)
     assert np.array_equal(other.head.weight, head.weight) and other.updates == 1
     path.write_bytes(b"not a zip")
@@ -102,7 +102,7 @@ def test_the_predictor_learns_which_drafts_are_accepted(tmp_path):
 
 
 def _eager_drafter(tiny_drafter):
-    tiny_drafter.head = AcceptanceHead.initial(tiny_drafter.model.config.hidden_size + N_CONFIDENCE)
+    tiny_drafter.head = AcceptanceHead.initial(n_features(tiny_drafter.model.config))
     return tiny_drafter
 
 
@@ -147,7 +147,7 @@ def test_same_vocab_auto_with_a_perfect_drafter_drafts_to_the_cap(drafter_path, 
     """A twin drafter is always right: once the head has learned that, drafts run to the cap."""
     target = EagerRunner(tiny_model(drafter_path, seed=3), 160)
     twin = EagerRunner(tiny_model(drafter_path, seed=3), 160)
-    twin.head = AcceptanceHead.initial(twin.model.config.hidden_size + N_CONFIDENCE)
+    twin.head = AcceptanceHead.initial(n_features(twin.model.config))
     dec = SpeculativeDecoder(target, draft_vocab, twin, draft_vocab)
     dec.predictor = AcceptancePredictor(twin.head, PredictorConfig(epochs=100))
     ids = draft_vocab.tokenizer.encode("User: how are you?\nAssistant:")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, StaticLayer
 
-from ..runtime.acceptance import head_outputs
+from ..runtime.acceptance import head_outputs, n_features
 
 HEAD_INPUTS = ["head_weight", "head_bias"]
 HEAD_OUTPUTS = ["head_features", "accept_prob"]
@@ -63,11 +63,9 @@ def head_example(model) -> tuple[torch.Tensor, torch.Tensor]:
     Also installs transformers' hidden-state capturing hooks now, in eager mode:
     installed lazily inside a strict torch.export, their lock breaks tracing.
     """
-    from ..runtime.acceptance import N_CONFIDENCE
-
     with torch.no_grad():
         model(input_ids=torch.ones((1, 1), dtype=torch.long), output_hidden_states=True)
-    return torch.zeros(model.config.get_text_config().hidden_size + N_CONFIDENCE), torch.zeros(1)
+    return torch.zeros(n_features(model.config)), torch.zeros(1)
 
 
 class StaticKVModel(torch.nn.Module):
@@ -117,6 +115,6 @@ def runner_meta(model, max_context: int, max_tokens: int, head: bool = False) ->
         "max_tokens_per_call": max_tokens,
     }
     if head:
-        meta["acceptance_head"] = {"features": int(head_example(model)[0].shape[0]), "inputs": HEAD_INPUTS,
+        meta["acceptance_head"] = {"features": n_features(model.config), "inputs": HEAD_INPUTS,
                                    "outputs": HEAD_OUTPUTS}
     return meta

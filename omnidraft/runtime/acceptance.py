@@ -29,6 +29,13 @@ from .bridge import Proposal
 from .sampling import Sampler
 
 N_CONFIDENCE = 2  # top-1 probability, normalized entropy
+NO_HEAD = ("--draft-len auto needs a drafter with an acceptance head "
+           "(this bundle was exported without one: export it again)")
+
+
+def n_features(config) -> int:
+    """The head's input width for a Hugging Face model config: hidden size + confidence features."""
+    return config.get_text_config().hidden_size + N_CONFIDENCE
 
 
 def head_features(hidden, logits):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import OmniDraftError
-from .acceptance import draft_labels
+from .acceptance import NO_HEAD, draft_labels
 from .bridge import NGRAM, Proposal, VocabBridge
 from .draft_length import DraftLength
 from .ngram_cache import NGramCache
@@ -135,8 +135,7 @@ class SpeculativeDecoder:
         sampler = config.sampler
         length = self._draft_length(config)
         if speculative and length.needs_head and not drafter.has_head:
-            raise OmniDraftError("--draft-len auto needs a drafter with an acceptance head "
-                                 "(this bundle was exported without one: export it again)")
+            raise OmniDraftError(NO_HEAD)
         counters = _Counters()
         seq = list(target_prompt)  # the target's sequence; seq[-1] is not yet in its cache
         draft_seq = self.draft_prompt(seq) if speculative else []
