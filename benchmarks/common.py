@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 import time
 from pathlib import Path
 
 from omnidraft.atomic import write_bytes_atomic
+from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 
 
 def step_ms(runner, prefix, k: int = 1, reps: int = 15) -> float:
@@ -30,3 +32,90 @@ def save_results(out: Path, result: dict, render) -> None:
     table = render(result)
     write_bytes_atomic(out / "table.md", table.encode())
     print(table)
+
+
+def ceiling(alpha: float, k: float, c: float) -> float:
+    """Analytic speedup bound (method.md): per-token acceptance alpha, k drafts per round, cost ratio c."""
+    if alpha >= 1:
+        return (k + 1) / (k * c + 1)
+    return (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
+
+
+class Method:
+    """One decoding method over shared runners, with its own learned state.
+
+    Methods run interleaved prompt by prompt on the same runners, so that load
+    drifts hit all alike. Each owns a copy of the n-gram cache and acceptance head
+    it starts from (the cache and, for "auto", the head keep learning as in use,
+    from this method's traffic only) and, when `learner` is given, the LoRA state
+    it swaps into the drafter before generating. draft: GenerationConfig draft
+    fields, or None for target-only.
+    """
+
+    def __init__(self, pair, draft: dict | None, cache=None, predictor=None, learner=None, lora=None):
+        base = pair.decoder
+        self.draft = draft
+        self.decoder = SpeculativeDecoder(base.target, pair.target_vocab, base.drafter if draft else None,
+                                          base.bridge.draft if draft else None)
+        self.decoder.ngram_cache = copy.deepcopy(cache) if draft and cache is not None else None
+        self.predictor = copy.deepcopy(predictor)
+        if self.predictor is not None:
+            self.predictor.track.clear()  # judge the head only on the measured prompts
+            if draft and draft.get("draft_policy") == "auto":
+                self.decoder.predictor = self.predictor
+        self.learner, self.lora = learner, lora
+        self.totals = dict(tokens=0, calls=0, drafted=0, accepted=0, drafter_calls=0, seconds=0.0, rounds=0,
+                           draft_tokens=0, differ=0)
+
+    def run(self, ids, max_new: int, eos) -> list[int]:
+        drafter = self.decoder.drafter
+        if drafter is not None and self.predictor is not None:
+            drafter.head = self.predictor.head  # each method drafts with its own head
+        if drafter is not None and self.learner is not None:
+            self.learner.load_state(self.lora)
+            drafter.reset()  # other weights: the drafter's cached keys and values are stale
+        draft = self.draft or {}
+        config = GenerationConfig(max_new, speculative=self.draft is not None, eos_ids=eos, **draft)
+        result = self.decoder.generate(ids, config)
+        st = result.stats
+        t = self.totals
+        for key, stat in (("tokens", "new_tokens"), ("calls", "target_calls"), ("drafted", "drafted"),
+                          ("accepted", "accepted"), ("drafter_calls", "drafter_calls"), ("seconds", "decode_s"),
+                          ("draft_tokens", "draft_tokens")):
+            t[key] += st[stat]
+        t["rounds"] += sum(1 for _, m, _ in st["rounds"] if m)
+        return result.token_ids
+
+    def summary(self, base_tps: float) -> dict:
+        return summarize(self.totals, base_tps)
+
+
+def summarize(t: dict, base_tps: float) -> dict:
+    """A method's figures from its (possibly summed) totals; speedup against base_tps tokens/s."""
+    tps = t["tokens"] / max(t["seconds"], 1e-9)
+    return {"tokens_per_target_call": t["tokens"] / max(t["calls"], 1),
+            "drafter_calls_per_token": t["drafter_calls"] / max(t["tokens"], 1),
+            "acceptance_rate": t["accepted"] / t["drafted"] if t["drafted"] else None,
+            "mean_draft_len": t["draft_tokens"] / max(t["rounds"], 1),
+            "tokens_per_s": tps, "speedup": tps / base_tps if base_tps else None,
+            "outputs_differing": t["differ"], "new_tokens": t["tokens"]}
+
+
+def hf_generate(target_model, ids: list[int], eos, max_new: int, **assist) -> tuple[list[int], float]:
+    """Hugging Face greedy generate() (assisted when given assistant_model, tokenizer, assistant_tokenizer):
+    new tokens without the final EOS, and seconds."""
+    import torch
+
+    target_model.generation_config.pad_token_id = target_model.generation_config.pad_token_id or 0
+    if "assistant_model" in assist:
+        gc = assist["assistant_model"].generation_config
+        gc.pad_token_id = gc.pad_token_id or 0
+    t = time.perf_counter()
+    with torch.inference_mode():
+        out = target_model.generate(torch.tensor([ids]), max_new_tokens=max_new, do_sample=False,
+                                    eos_token_id=sorted(eos), **assist)
+    seconds = time.perf_counter() - t
+    new = out[0, len(ids):].tolist()
+    while new and new[-1] in eos:
+        new.pop()
+    return new, seconds

@@ -14,7 +14,6 @@ table flags any that differ.
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.ngram_cache import NGramCache
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import save_results  # noqa: E402
+from common import Method, save_results  # noqa: E402
 
 
 def methods(fixed: list[int], gammas: list[float], cap: int) -> dict[str, dict]:
@@ -40,49 +39,6 @@ def methods(fixed: list[int], gammas: list[float], cap: int) -> dict[str, dict]:
     out["heuristic +2/-1"] = dict(draft_policy="heuristic", draft_len=4, max_draft_len=cap)
     out.update({f"auto gamma={g}": dict(draft_policy="auto", max_draft_len=cap, gamma=g) for g in gammas})
     return out
-
-
-class Method:
-    """One method's own decoder state: n-gram cache, acceptance head (+ its trainer), draft-length state."""
-
-    def __init__(self, pair, draft: dict | None, cache: NGramCache, predictor: AcceptancePredictor):
-        base = pair.decoder
-        self.draft = draft
-        self.decoder = SpeculativeDecoder(base.target, pair.target_vocab, base.drafter if draft else None,
-                                          base.bridge.draft if draft else None)
-        self.decoder.ngram_cache = copy.deepcopy(cache) if draft else None
-        self.predictor = copy.deepcopy(predictor)
-        self.predictor.track.clear()  # judge the head only on the measured prompts
-        if draft and draft["draft_policy"] == "auto":
-            self.decoder.predictor = self.predictor
-        self.totals = dict(tokens=0, calls=0, drafted=0, accepted=0, drafter_calls=0, seconds=0.0, rounds=0,
-                           draft_tokens=0, differ=0)
-
-    def run(self, ids, max_new: int, eos) -> list[int]:
-        drafter = self.decoder.drafter
-        if drafter is not None:
-            drafter.head = self.predictor.head  # each method drafts with its own head
-        draft = self.draft or {}
-        config = GenerationConfig(max_new, speculative=self.draft is not None, eos_ids=eos, **draft)
-        s = self.decoder.generate(ids, config)
-        t = self.totals
-        st = s.stats
-        for key, stat in (("tokens", "new_tokens"), ("calls", "target_calls"), ("drafted", "drafted"),
-                          ("accepted", "accepted"), ("drafter_calls", "drafter_calls"), ("seconds", "decode_s"),
-                          ("draft_tokens", "draft_tokens")):
-            t[key] += st[stat]
-        t["rounds"] += sum(1 for _, m, _ in st["rounds"] if m)
-        return s.token_ids
-
-    def summary(self, base_tps: float) -> dict:
-        t = self.totals
-        tps = t["tokens"] / max(t["seconds"], 1e-9)
-        return {"tokens_per_target_call": t["tokens"] / max(t["calls"], 1),
-                "drafter_calls_per_token": t["drafter_calls"] / max(t["tokens"], 1),
-                "acceptance_rate": t["accepted"] / t["drafted"] if t["drafted"] else None,
-                "mean_draft_len": t["draft_tokens"] / max(t["rounds"], 1) if self.draft else 0.0,
-                "tokens_per_s": tps, "speedup": tps / base_tps if base_tps else None,
-                "outputs_differing": t["differ"], "new_tokens": t["tokens"]}
 
 
 def main() -> int:

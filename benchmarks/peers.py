@@ -29,15 +29,9 @@ from omnidraft.runtime.decoding import GenerationConfig
 from omnidraft.runtime.ngram_cache import NGramCache
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import save_results, step_ms  # noqa: E402
+from common import ceiling, hf_generate, save_results, step_ms  # noqa: E402
 
 METHODS = ["target-only (ours)", "HF generate", "HF assisted", "OmniDraft eager", "OmniDraft eager, no n-gram cache"]
-
-
-def ceiling(alpha: float, k: int, c: float) -> float:
-    if alpha >= 1:
-        return (k + 1) / (k * c + 1)
-    return (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
 
 
 def main() -> int:
@@ -58,8 +52,6 @@ def main() -> int:
     dec = pair.decoder
     hf_target, hf_drafter = dec.target.model, dec.drafter.model
     tok_t, tok_d = pair.target_vocab.tokenizer, dec.bridge.draft.tokenizer
-    for m in (hf_target, hf_drafter):
-        m.generation_config.pad_token_id = m.generation_config.pad_token_id or 0
     cache = NGramCache(dec.bridge.pair_id)
     prompts = [(d, t) for d in corpora.DOMAINS for t in corpora.prompts(d, args.prompts_per_domain, seed=2, split="eval")]
 
@@ -70,17 +62,9 @@ def main() -> int:
         eos = pair.eos_ids(chat)
         base = dec.generate(ids, GenerationConfig(args.max_new_tokens, speculative=False, eos_ids=eos))
         runs = {"target-only (ours)": (base.token_ids, base.stats["decode_s"], base.stats)}
-        input_ids = torch.tensor([ids])
-        for name, extra in (("HF generate", {}), ("HF assisted", {"assistant_model": hf_drafter, "tokenizer": tok_t,
-                                                                    "assistant_tokenizer": tok_d})):
-            t = time.perf_counter()
-            with torch.inference_mode():
-                out = hf_target.generate(input_ids, max_new_tokens=args.max_new_tokens, do_sample=False,
-                                         eos_token_id=sorted(eos), **extra)
-            new = out[0, len(ids):].tolist()
-            while new and new[-1] in eos:
-                new.pop()
-            runs[name] = (new, time.perf_counter() - t, None)
+        runs["HF generate"] = (*hf_generate(hf_target, ids, eos, args.max_new_tokens), None)
+        runs["HF assisted"] = (*hf_generate(hf_target, ids, eos, args.max_new_tokens, assistant_model=hf_drafter,
+                                            tokenizer=tok_t, assistant_tokenizer=tok_d), None)
         for name, use_cache in (("OmniDraft eager", True), ("OmniDraft eager, no n-gram cache", False)):
             dec.ngram_cache = cache if use_cache else None
             r = dec.generate(ids, GenerationConfig(args.max_new_tokens, draft_len=args.draft_len, eos_ids=eos))

@@ -163,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--strict-sampling", action="store_true",
                      help="cross-vocabulary sampling exactly lossless (direct mappings only, no n-gram merges)")
+    _add_adapt_options(sim)
 
     md = sub.add_parser("make-drafter", help="distil a small, fast drafter from a larger one")
     md.add_argument("--from", dest="source", help="teacher checkpoint (default: SmolLM2-135M-Instruct)")

@@ -97,14 +97,7 @@ def attach_adapter(pair: Pair, config, profile: str = "default", reset: bool = F
     from .adaptation.online import attach
 
     dec = pair.decoder
-    if dec.drafter is None:
-        raise OmniDraftError("adaptation needs a drafter (drop --no-speculation)")
-    if pair.bundle is not None:
-        learner = _executorch_learner(pair, config)
-    elif hasattr(dec.drafter, "model"):
-        learner = dec.drafter.model
-    else:
-        raise OmniDraftError(f"adaptation runs on the eager or executorch backend, not {dec.drafter.backend}")
+    learner = learner_for(pair, config)
     check_profile(profile)
     path = omnidraft_home() / "adapters" / f"{pair.drafter_name}--{pair.target_name}--{dec.bridge.pair_id}--{profile}.pt"
     meta = {"drafter": pair.drafter_name, "target": pair.target_name}
@@ -135,6 +128,18 @@ def attach_predictor(pair: Pair, config=None, profile: str = "default", reset: b
         except ValueError as e:
             set_aside(path, "bad", f"acceptance head {path.name} is {e}; starting a fresh head", log)
     return path
+
+
+def learner_for(pair: Pair, config):
+    """What OnlineAdapter trains: the eager drafter model, or the bundle's ExecuTorch training program."""
+    drafter = pair.decoder.drafter
+    if drafter is None:
+        raise OmniDraftError("adaptation needs a drafter (drop --no-speculation)")
+    if pair.bundle is not None:
+        return _executorch_learner(pair, config)
+    if hasattr(drafter, "model"):
+        return drafter.model
+    raise OmniDraftError(f"adaptation runs on the eager or executorch backend, not {drafter.backend}")
 
 
 def _executorch_learner(pair: Pair, config):
@@ -230,11 +235,14 @@ def build_bundle_pair(
     ngram_cache_size: int = 20_000,
     verify_hashes: bool = True,
     lora_drafter: bool = False,
+    drafter_backend: str | None = None,
 ) -> Pair:
     """Load an exported bundle (validated) and run it on onnxruntime or ExecuTorch.
 
     lora_drafter: run the drafter graph that takes LoRA tensors as inputs (for
     on-device adaptation; needs a bundle exported --with-training).
+    drafter_backend: run the drafter on another backend than the target (the
+    simulator adapts on onnxruntime this way: only ExecuTorch graphs can train).
     """
     from .bundle import check_tokenizer, load_bundle
 
@@ -248,15 +256,16 @@ def build_bundle_pair(
     if not speculative:
         decoder = SpeculativeDecoder(target, vocabs["target"])
         return Pair(decoder, names["target"], None, decoder.target_vocab, None, bundle)
+    drafter_backend = drafter_backend or backend
     if lora_drafter:
         import torch
 
-        training = _training_section(bundle, backend)
-        drafter = open_runner(bundle, "drafter", backend, threads, graph="executorch_lora")
+        training = _training_section(bundle, drafter_backend)
+        drafter = open_runner(bundle, "drafter", drafter_backend, threads, graph="executorch_lora")
         # Zero adapters until a learner feeds its own: the drafter as exported.
         drafter.extra_inputs = [torch.zeros(shape) for _name, shape in training["lora_inputs"]]
     else:
-        drafter = open_runner(bundle, "drafter", backend, threads)
+        drafter = open_runner(bundle, "drafter", drafter_backend, threads)
     decoder = SpeculativeDecoder(target, vocabs["target"], drafter, vocabs["drafter"])
     seed = bundle.root / bundle.manifest["ngram_cache"] if bundle.manifest.get("ngram_cache") else None
     cache_path = _attach_cache(decoder, names["drafter"], names["target"], use_ngram_cache, ngram_cache_size, seed)

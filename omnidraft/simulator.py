@@ -34,10 +34,18 @@ def peak_rss_mb() -> float:
 
 
 class Simulator:
-    def __init__(self, bundle_dir, threads: int | None = None, use_ngram_cache: bool = True):
+    """A bundle on onnxruntime. With adapt, the drafter learns as on the phone: LoRA steps
+    through the bundle's ExecuTorch training program, so the drafter runs its LoRA graph
+    (drafter_lora.pte) on ExecuTorch while the target stays on onnxruntime."""
+
+    def __init__(self, bundle_dir, threads: int | None = None, use_ngram_cache: bool = True, adapt: bool = False):
+        from .bundle import load_bundle
         from .pair import build_bundle_pair
 
-        self.pair = build_bundle_pair(bundle_dir, "onnxruntime", threads=threads, use_ngram_cache=use_ngram_cache)
+        if adapt and not load_bundle(bundle_dir, verify_hashes=False).manifest.get("training"):
+            raise OmniDraftError("--adapt needs a bundle exported --with-training (its LoRA training program)")
+        self.pair = build_bundle_pair(bundle_dir, "onnxruntime", threads=threads, use_ngram_cache=use_ngram_cache,
+                                      lora_drafter=adapt, drafter_backend="executorch" if adapt else None)
         self.turns: list[dict] = []
         self.rss_after_load = rss_mb()
         self.started = time.perf_counter()
@@ -71,9 +79,11 @@ class Simulator:
         if "tokens_per_s" not in turn:
             return f"[turn interrupted | RSS {turn['rss_mb']:.0f} MB]"
         cache = self.pair.decoder.ngram_cache
+        adapted = turn.get("adaptation")
+        lora = f" | LoRA updates {adapted['updates']} ({adapted['rollbacks']} rolled back)" if adapted else ""
         return (
             f"[{turn['tokens_per_s']:.1f} tok/s | {turn['tokens_per_target_call']:.2f} tok/call | "
-            f"acceptance {turn['acceptance_rate']:.2f} | n-gram cache {len(cache) if cache else 0} | "
+            f"acceptance {turn['acceptance_rate']:.2f} | n-gram cache {len(cache) if cache else 0}{lora} | "
             f"RSS {turn['rss_mb']:.0f} MB (peak {turn['peak_rss_mb']:.0f})]"
         )
 
@@ -85,6 +95,8 @@ class Simulator:
             "target": self.pair.target_name,
             "drafter": self.pair.drafter_name,
             "backend": "onnxruntime",
+            "drafter_backend": self.pair.decoder.drafter.backend,
+            "adapter": str(self.pair.adapter_path) if self.pair.adapter_path else None,
             "rss_after_load_mb": self.rss_after_load,
             "rss_steady_mb": rss_mb(),
             "peak_rss_mb": peak_rss_mb(),
@@ -123,14 +135,18 @@ def _plots(turns: list[dict], out_dir: Path) -> None:
 
 
 def run(args) -> int:
-    sim = Simulator(args.bundle, threads=args.threads)
     from .adaptation.predictor import PredictorConfig
-    from .cli import draft_options, longest_draft
-    from .pair import attach_predictor
+    from .cli import adapt_config, draft_options, longest_draft
+    from .pair import attach_adapter, attach_predictor, check_profile
 
+    check_profile(args.profile)
+    sim = Simulator(args.bundle, threads=args.threads, adapt=args.adapt)
     sim.pair.bundle.check_draft_len(longest_draft(args))
+    if args.adapt:
+        sim.pair.adapter_path = attach_adapter(sim.pair, adapt_config(args), args.profile, args.reset_adaptation)
     if args.draft_len == "auto":
-        attach_predictor(sim.pair, PredictorConfig(schedule=args.predictor_updates))
+        attach_predictor(sim.pair, PredictorConfig(schedule=args.predictor_updates), args.profile,
+                         args.reset_adaptation)
     chat = args.chat or args.prompt is None
 
     def config():
@@ -140,7 +156,8 @@ def run(args) -> int:
             strict_sampling=args.strict_sampling,
         )
 
-    print(f"[simulator] {sim.pair.drafter_name} -> {sim.pair.target_name} on onnxruntime, "
+    learning = f", drafter learning on ExecuTorch (profile {args.profile})" if args.adapt else ""
+    print(f"[simulator] {sim.pair.drafter_name} -> {sim.pair.target_name} on onnxruntime{learning}, "
           f"threads {args.threads or 'default'}, RSS {sim.rss_after_load:.0f} MB after load", file=sys.stderr)
     if args.prompt is not None:
         ids = sim.pair.encode_prompt(args.prompt, chat=args.chat)

@@ -8,6 +8,7 @@ refused with one clear error.
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -286,6 +287,48 @@ def test_simulator_chat_session_and_report(bundle_dir, tmp_path):
     assert report["turns"][1]["prompt_tokens_reused"] > 0  # the second turn reused the first's cache
     assert report["peak_rss_mb"] >= report["rss_after_load_mb"] > 0
     assert (tmp_path / "rep" / "simulator.png").stat().st_size > 10_000
+
+
+def _chat(bundle_dir, home, *extra):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "omnidraft", "simulate", "--bundle", str(bundle_dir), "--threads", "1",
+         "--max-new-tokens", "8", "--report", str(home / "rep"), *extra],
+        input="Hello there\nAnd again?\nOnce more.\n\n", capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMNIDRAFT_HOME": str(home)})
+
+
+def test_simulator_adapts_lora_on_executorch_and_stays_exact(bundle_dir, tmp_path):
+    """--adapt: LoRA steps through the bundle's training program between turns (drafter on
+    ExecuTorch, target on onnxruntime); greedy replies equal those of a session without it."""
+    plain = _chat(bundle_dir, tmp_path / "plain")
+    adapted = _chat(bundle_dir, tmp_path / "adapt", "--adapt", "--adapt-every", "1", "--adapt-lr", "0.05",
+                    "--profile", "sim")
+    assert plain.returncode == 0 and adapted.returncode == 0, adapted.stderr
+    assert "drafter learning on ExecuTorch (profile sim)" in adapted.stderr
+    assert adapted.stderr.count("LoRA updates") == 3 and "LoRA updates 2 " in adapted.stderr
+    reports = [json.loads((tmp_path / h / "rep" / "report.json").read_text()) for h in ("plain", "adapt")]
+    assert [t["text"] for t in reports[0]["turns"]] == [t["text"] for t in reports[1]["turns"]]
+    assert reports[0]["drafter_backend"] == "onnxruntime" and reports[1]["drafter_backend"] == "executorch"
+    # the first reply is held out for the update guard; each later one brings an update
+    assert [t["adaptation"]["updates"] for t in reports[1]["turns"]] == [0, 1, 2]
+    assert Path(reports[1]["adapter"]).exists() and Path(reports[1]["adapter"]).name.endswith("--sim.pt")
+
+
+def test_simulator_adapt_needs_a_training_bundle(bundle_dir, tmp_path):
+    def drop_training(root):
+        manifest = json.loads((root / "bundle.json").read_text())
+        del manifest["training"]
+        (root / "bundle.json").write_text(json.dumps(manifest))
+
+    bad = damaged_copy(bundle_dir, tmp_path, drop_training)
+    proc = cli("simulate", "--bundle", str(bad), "--prompt", "hi", "--adapt", home=tmp_path)
+    assert proc.returncode == 1
+    assert [x for x in proc.stderr.splitlines() if x.strip()] == [
+        "omnidraft: error: --adapt needs a bundle exported --with-training (its LoRA training program)"]
 
 
 def test_simulator_refuses_a_damaged_bundle(bundle_dir, tmp_path):
