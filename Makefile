@@ -12,7 +12,7 @@ BUNDLES := $(HOME_DIR)/bundles
 JAVA_BUILD := build/java
 JUNIT_CP := /usr/share/java/junit4.jar:/usr/share/java/hamcrest-core.jar
 
-.PHONY: install prepare demo test test-java golden test-fast test-bundles bundles bench bench-backends bench-peers bench-adapt bench-sampling bench-draft-len clean
+.PHONY: install prepare demo test test-java golden test-fast test-bundles bundles bench bench-backends bench-peers bench-adapt bench-sampling bench-draft-len bench-suite clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,13 @@ bench-adapt: prepare
 	$(BIN)/python benchmarks/adaptation.py --out benchmarks/results/adaptation_prose_chat --domains prose,chat \
 		--configs cache,cache+hybrid-lora --stream 40 --window 10 --heldout 8 --max-new-tokens 24 --forgetting ""
 	$(BIN)/python benchmarks/plot.py
+
+# Everything side by side (target-only, HF assisted generation, eager / ExecuTorch /
+# onnxruntime, with and without the n-gram cache, auto draft length, LoRA-adapted).
+# SUITE_ARGS picks the systems, e.g. --drafter DIR --bundle DIR (see README).
+SUITE_ARGS ?= --drafter default --bundle $(BUNDLES)/et-fp32
+bench-suite: prepare
+	$(BIN)/python benchmarks/suite.py --out benchmarks/results/suite $(SUITE_ARGS)
 
 # Draft length: fixed k, the HF heuristic, the acceptance head (about 40 minutes here).
 bench-draft-len: prepare

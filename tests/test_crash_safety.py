@@ -174,7 +174,7 @@ def test_soak_command_reports_memory_cache_rollbacks_and_acceptance(tmp_path, ti
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run(
         [sys.executable, str(root / "benchmarks" / "soak.py"), "--out", str(tmp_path / "soak"), "--generations", "4",
-         "--window", "2", "--max-new-tokens", "4", "--threads", "1",
+         "--window", "2", "--max-new-tokens", "4", "--threads", "1", "--probe", "1",
          "--target", str(tiny_checkpoints["target"]), "--drafter", str(tiny_checkpoints["drafter"])],
         capture_output=True, text=True, timeout=600, env={**os.environ, "OMNIDRAFT_HOME": str(tmp_path)})
     assert proc.returncode in (0, 1), proc.stderr[-2000:]  # 1: a check failed (reported, not a crash)
@@ -182,8 +182,10 @@ def test_soak_command_reports_memory_cache_rollbacks_and_acceptance(tmp_path, ti
     assert [w["generations"] for w in r["windows"]] == [2, 4]
     for w in r["windows"]:
         assert w["rss_mb"] > 0 and w["ngram_cache"] >= 0 and 0 <= w["acceptance_rate"] <= 1
+        assert 0 <= w["probe_acceptance"] <= 1
         assert w["rollbacks"] <= w["updates"] and w["head_updates"] >= 2
     assert r["windows"][-1]["updates"] >= 1  # an adapter update every 4 prompts
     assert set(("rss_growth", "memory_flat", "windows_below_baseline", "acceptance_ok")) <= set(r)
     assert (proc.returncode == 0) == (r["memory_flat"] and r["acceptance_ok"])
+    assert r["probe_prompts"] == 3 and 0 <= r["baseline_acceptance"] <= 1
     assert "RSS growth" in (tmp_path / "soak" / "table.md").read_text()
