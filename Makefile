@@ -32,7 +32,7 @@ demo: prepare
 	$(BIN)/omnidraft generate --prompt "$(PROMPT)" --max-new-tokens 64
 
 test: prepare
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests --durations=12
 	$(MAKE) --no-print-directory test-java
 
 # The Android demo's plain-Java core against golden vectors from the Python reference

@@ -200,6 +200,30 @@ def chi_square_p(counts: dict, law: dict, runs: int) -> float:
     return stats.chisquare(obs_cells, exp_cells)[1]
 
 
+def damaged_copy(bundle_dir, tmp_path, damage):
+    """A copy of a bundle with `damage(root)` applied to it (the original stays intact)."""
+    import shutil
+
+    dst = tmp_path / "b"
+    shutil.copytree(bundle_dir, dst)
+    damage(dst)
+    return dst
+
+
+def edit_manifest(fn):
+    """A damage that edits bundle.json in place through fn(manifest)."""
+    import json
+
+    def damage(root):
+        m = json.loads((root / "bundle.json").read_text())
+        fn(m)
+        (root / "bundle.json").write_text(json.dumps(m))
+    return damage
+
+
+WITHOUT_TRAINING = edit_manifest(lambda m: m.pop("training"))
+
+
 # -- one tiny exported bundle shared by the export, training-graph and simulator tests ---------
 TINY_MAX_DRAFT = 4
 TINY_WINDOW = 48

@@ -88,8 +88,8 @@ def test_folder_without_config(tmp_path):
     assert_one_line_error(run("generate", "--prompt", "x", "--drafter", str(tmp_path)), "no config.json")
 
 
-@pytest.mark.real
-def test_prompt_longer_than_context_and_json_output(tmp_path, target_path, drafter_path):
+def test_prompt_longer_than_context_and_json_output(tmp_path, tiny_checkpoints):
+    target_path, drafter_path = tiny_checkpoints["target"], tiny_checkpoints["drafter"]
     long = run("generate", "--prompt", "word " * 50, "--max-context", "16",
                "--target", str(target_path), "--drafter", str(drafter_path))
     assert_one_line_error(long, "the context window is 16")
@@ -105,8 +105,8 @@ def test_prompt_longer_than_context_and_json_output(tmp_path, target_path, draft
     assert list((tmp_path / "ngram").glob("*.json")), "the n-gram cache was saved"
 
 
-@pytest.mark.real
-def test_corrupt_cache_is_set_aside(tmp_path, target_path, drafter_path):
+def test_corrupt_cache_is_set_aside(tmp_path, tiny_checkpoints):
+    target_path, drafter_path = tiny_checkpoints["target"], tiny_checkpoints["drafter"]
     args = ("generate", "--prompt", "Hello there", "--max-new-tokens", "4", "--json",
             "--target", str(target_path), "--drafter", str(drafter_path))
     assert run(*args, home=tmp_path).returncode == 0
@@ -119,9 +119,10 @@ def test_corrupt_cache_is_set_aside(tmp_path, target_path, drafter_path):
     json.loads(cache_file.read_text())  # a fresh, valid cache was written back
 
 
-@pytest.mark.real
-def test_adapt_stream_on_the_real_pair(tmp_path, target_path, drafter_path):
-    """`omnidraft adapt` end to end: updates happen, the adapter is saved, a second run resumes it."""
+def test_adapt_stream(tmp_path, tiny_checkpoints):
+    """`omnidraft adapt` end to end on tiny checkpoints: updates happen, the adapter is saved, a
+    second run resumes it (real-drafter LoRA steps are tested in tests/test_adaptation.py)."""
+    target_path, drafter_path = tiny_checkpoints["target"], tiny_checkpoints["drafter"]
     stream = tmp_path / "stream.jsonl"
     stream.write_text("\n".join(json.dumps({"prompt": p}) for p in (
         "def mean(xs):\n    return", "import json\n\ndef load(path):\n", "for i in range(10):\n    print(")))

@@ -19,7 +19,7 @@ from omnidraft.pair import build_bundle_pair, open_runner
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.runner import EagerRunner
 
-from .conftest import TINY_MAX_DRAFT
+from .conftest import TINY_MAX_DRAFT, WITHOUT_TRAINING, damaged_copy, edit_manifest
 
 MAX_DRAFT = TINY_MAX_DRAFT
 BACKENDS = ["onnxruntime", "executorch"]
@@ -101,25 +101,10 @@ def test_greedy_speculative_equals_target_only_on_backend(bundle_dir, backend):
     assert pair.decoder.predictor.updates == 2
 
 
-def damaged_copy(bundle_dir, tmp_path, damage):
-    dst = tmp_path / "b"
-    shutil.copytree(bundle_dir, dst)
-    damage(dst)
-    return dst
-
-
 def _flip_byte(path):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-
-
-def _edit_manifest(fn):
-    def damage(root):
-        m = json.loads((root / "bundle.json").read_text())
-        fn(m)
-        (root / "bundle.json").write_text(json.dumps(m))
-    return damage
 
 
 @pytest.mark.parametrize(
@@ -130,8 +115,8 @@ def _edit_manifest(fn):
         (lambda r: (r / "target.pte").write_bytes(b"x"), "wrong size"),
         (lambda r: (r / "bundle.json").write_text("{oops"), "bundle.json in"),
         (lambda r: (r / "bundle.json").unlink(), "no bundle.json"),
-        (_edit_manifest(lambda m: m.update(version=99)), "bundle version 99 is not supported"),
-        (_edit_manifest(lambda m: m["models"]["target"].pop("kv_shape")), "missing field"),
+        (edit_manifest(lambda m: m.update(version=99)), "bundle version 99 is not supported"),
+        (edit_manifest(lambda m: m["models"]["target"].pop("kv_shape")), "missing field"),
     ],
 )
 def test_damaged_bundle_is_refused(bundle_dir, tmp_path, damage, needle):
@@ -182,20 +167,16 @@ def cli(*args, home):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cli_generate_on_bundle(bundle_dir, tmp_path, backend):
-    proc = cli("generate", "--backend", backend, "--bundle", str(bundle_dir), "--prompt", "Hello world",
-               "--max-new-tokens", "6", "--draft-len", str(MAX_DRAFT), "--json", "--threads", "1", home=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
-    assert report["backend"] == backend and report["new_tokens"] == 6 and report["cross_vocab"]
-    assert proc.stderr.strip() == "", proc.stderr  # no runtime noise on a successful run
-    # adaptive draft length: the head learns and is saved; the next run resumes it
+    """generate --bundle with adaptive draft length: the head learns and is saved; the next run resumes it."""
     auto = ("generate", "--backend", backend, "--bundle", str(bundle_dir), "--prompt", "Hello world",
             "--max-new-tokens", "6", "--draft-len", "auto", "--max-draft-len", str(MAX_DRAFT), "--gamma", "0.7",
             "--json", "--threads", "1")
     for updates in (1, 2):
         proc = cli(*auto, home=tmp_path)
         assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.strip() == "", proc.stderr  # no runtime noise on a successful run
         report = json.loads(proc.stdout)
+        assert report["backend"] == backend and report["new_tokens"] == 6 and report["cross_vocab"]
         assert report["text"] and report["draft_len"] == "auto" and report["predictor"]["updates"] == updates
         assert 0 < report["mean_draft_len"] <= MAX_DRAFT
     assert len(list((tmp_path / "adapters").glob("*.head.npz"))) == 1
@@ -319,12 +300,7 @@ def test_simulator_adapts_lora_on_executorch_and_stays_exact(bundle_dir, tmp_pat
 
 
 def test_simulator_adapt_needs_a_training_bundle(bundle_dir, tmp_path):
-    def drop_training(root):
-        manifest = json.loads((root / "bundle.json").read_text())
-        del manifest["training"]
-        (root / "bundle.json").write_text(json.dumps(manifest))
-
-    bad = damaged_copy(bundle_dir, tmp_path, drop_training)
+    bad = damaged_copy(bundle_dir, tmp_path, WITHOUT_TRAINING)
     proc = cli("simulate", "--bundle", str(bad), "--prompt", "hi", "--adapt", home=tmp_path)
     assert proc.returncode == 1
     assert [x for x in proc.stderr.splitlines() if x.strip()] == [

@@ -22,7 +22,7 @@ from omnidraft.pair import attach_adapter, build_bundle_pair
 from omnidraft.runtime.decoding import GenerationConfig
 
 from .conftest import TINY_WINDOW as WINDOW
-from .conftest import tiny_lora
+from .conftest import WITHOUT_TRAINING, damaged_copy, tiny_lora
 
 LORA = tiny_lora()
 LR = 0.05
@@ -129,9 +129,7 @@ def test_greedy_output_unchanged_while_adapting_on_executorch(pair, tmp_path):
 
 def test_adapt_needs_a_training_bundle(training_bundle, tiny_checkpoints, tmp_path, monkeypatch):
     monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
-    plain = tmp_path / "plain"
-    export_bundle(plain, str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]), formats=("onnx",),
-                  max_context=64, max_draft_len=4)
+    plain = damaged_copy(training_bundle, tmp_path, WITHOUT_TRAINING)
     with pytest.raises(OmniDraftError, match="exported --with-training"):
         build_bundle_pair(plain, "onnxruntime", lora_drafter=True)
     with pytest.raises(OmniDraftError, match="--format executorch"):
