@@ -271,8 +271,12 @@ def plot(r: dict, path: Path) -> None:
     from omnidraft.atomic import write_bytes_atomic
 
     systems_ = r["systems"]
-    fig, axes = plt.subplots(1, len(systems_), figsize=(6 * len(systems_), 4.5), squeeze=False)
-    for ax, s in zip(axes[0], systems_):
+    cols = min(3, len(systems_))
+    rows = -(-len(systems_) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.5 * rows), squeeze=False)
+    for ax in axes.flat[len(systems_):]:
+        ax.set_visible(False)
+    for ax, s in zip(axes.flat, systems_):
         names = list(s["overall"])
         y = range(len(names))
         ax.barh(list(y), [s["overall"][n]["speedup"] for n in names], color="tab:blue", label="measured")
@@ -283,9 +287,10 @@ def plot(r: dict, path: Path) -> None:
         ax.set_yticks(list(y), names)
         ax.invert_yaxis()
         ax.set(title=f"{s['system']} (c = {s['cost_ratio_c']:.2f})", xlabel="speedup vs target-only")
-        ax.legend(loc="lower right")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right")
     fig.suptitle(f"greedy, {r['max_new_tokens']} new tokens, {r['threads']} threads, {r['date']}")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
