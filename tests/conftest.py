@@ -6,6 +6,8 @@ vocabularies, a few MB of weights) so that the loop is tested fast and honestly.
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 
 import numpy as np
 import pytest
@@ -202,8 +204,6 @@ def chi_square_p(counts: dict, law: dict, runs: int) -> float:
 
 def damaged_copy(bundle_dir, tmp_path, damage):
     """A copy of a bundle with `damage(root)` applied to it (the original stays intact)."""
-    import shutil
-
     dst = tmp_path / "b"
     shutil.copytree(bundle_dir, dst)
     damage(dst)
@@ -212,8 +212,6 @@ def damaged_copy(bundle_dir, tmp_path, damage):
 
 def edit_manifest(fn):
     """A damage that edits bundle.json in place through fn(manifest)."""
-    import json
-
     def damage(root):
         m = json.loads((root / "bundle.json").read_text())
         fn(m)

@@ -133,12 +133,13 @@ def test_bundle_of_another_tokenizer_is_refused(bundle_dir, tmp_path, drafter_pa
         tok_dir = root / "tokenizers" / "target"
         shutil.rmtree(tok_dir)
         load_tokenizer(drafter_path).save_pretrained(tok_dir)
-        m = json.loads((root / "bundle.json").read_text())
-        m["files"] = {k: v for k, v in m["files"].items() if not k.startswith("tokenizers/target/")}
-        for p in tok_dir.iterdir():
-            rel = str(p.relative_to(root))
-            m["files"][rel] = file_entry(root, rel)
-        (root / "bundle.json").write_text(json.dumps(m))
+
+        def refile(m):
+            m["files"] = {k: v for k, v in m["files"].items() if not k.startswith("tokenizers/target/")}
+            for p in tok_dir.iterdir():
+                rel = str(p.relative_to(root))
+                m["files"][rel] = file_entry(root, rel)
+        edit_manifest(refile)(root)
 
     with pytest.raises(OmniDraftError, match="target tokenizer does not match"):
         build_bundle_pair(damaged_copy(bundle_dir, tmp_path, swap), "onnxruntime")
