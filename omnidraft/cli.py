@@ -70,6 +70,14 @@ def _open_probability(text: str) -> float:
     return value
 
 
+def _add_sampling_options(p) -> None:
+    p.add_argument("--temperature", type=_non_negative_float, default=0.0, help="0 = greedy (exact)")
+    p.add_argument("--top-p", type=_probability, default=1.0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (a stream's n-th prompt uses seed + n)")
+    p.add_argument("--strict-sampling", action="store_true",
+                   help="cross-vocabulary sampling exactly lossless (direct mappings only, no n-gram merges)")
+
+
 def _add_draft_options(p) -> None:
     p.add_argument("--draft-len", type=_draft_len, default=4, metavar="{N,auto,heuristic}",
                    help="draft tokens per round: a fixed N, 'auto' (acceptance head) or 'heuristic' (+2/-1)")
@@ -100,12 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="the prompt text")
     src.add_argument("--prompt-file", type=Path, help="read the prompt from a UTF-8 file")
     gen.add_argument("--max-new-tokens", type=_positive_int, default=64)
-    gen.add_argument("--temperature", type=_non_negative_float, default=0.0, help="0 = greedy (exact)")
-    gen.add_argument("--top-p", type=_probability, default=1.0)
+    _add_sampling_options(gen)
     _add_draft_options(gen)
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--strict-sampling", action="store_true",
-                     help="cross-vocabulary sampling exactly lossless (direct mappings only, no n-gram merges)")
     gen.add_argument("--chat", action="store_true", help="apply the target's chat template")
     gen.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
     gen.add_argument("--no-speculation", action="store_true", help="target-only baseline, same runner")
@@ -124,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--eval", type=Path, help="held-out prompts (same format) measured before and after")
     ad.add_argument("--window", type=_positive_int, default=20, help="prompts per reported window")
     ad.add_argument("--max-new-tokens", type=_positive_int, default=32)
+    _add_sampling_options(ad)
     _add_draft_options(ad)
     ad.add_argument("--chat", action="store_true", help="apply the target's chat template to every prompt")
     ad.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
@@ -157,12 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--threads", type=_positive_int, help="onnxruntime intra-op threads")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write report.json and PNG plots here")
     sim.add_argument("--max-new-tokens", type=_positive_int, default=128)
+    _add_sampling_options(sim)
     _add_draft_options(sim)
-    sim.add_argument("--temperature", type=_non_negative_float, default=0.0)
-    sim.add_argument("--top-p", type=_probability, default=1.0)
-    sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--strict-sampling", action="store_true",
-                     help="cross-vocabulary sampling exactly lossless (direct mappings only, no n-gram merges)")
     _add_adapt_options(sim)
 
     md = sub.add_parser("make-drafter", help="distil a small, fast drafter from a larger one")
@@ -458,16 +459,19 @@ def cmd_adapt(args) -> int:
         torch.set_num_threads(args.threads)
     from .adaptation.stream import evaluate, run_stream
     from .runtime.decoding import GenerationConfig
+    from .runtime.sampling import Sampler
 
     pair = _open_pair(args, adapt=True)
     path = pair.adapter_path
     encode = lambda texts: [pair.encode_prompt(t, chat=args.chat) for t in texts]  # noqa: E731
     stream, held = encode(stream_texts), encode(eval_texts)
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, eos_ids=pair.eos_ids(args.chat),
-                              **draft_options(args))
+                              sampler=Sampler(args.temperature, args.top_p), seed=args.seed,
+                              strict_sampling=args.strict_sampling, **draft_options(args))
     dec = pair.decoder
     report = {"profile": args.profile, "adapter": str(path), "prompts": len(stream), "window": args.window,
-              "threads": torch.get_num_threads()}
+              "threads": torch.get_num_threads(), "temperature": args.temperature,
+              "strict_sampling": args.strict_sampling}
     if held:
         report["eval_before"] = evaluate(dec, held, config)[0]
 

@@ -207,3 +207,40 @@ def test_unsavable_adapter_warns_and_keeps_adapting(drafter_path, draft_vocab, t
                messages.append)
     a.save()
     assert len(messages) == 1 and "could not save the adapter" in messages[0]
+
+
+def test_adapter_files_with_per_update_timings_still_load(drafter_path, draft_vocab, tmp_path):
+    """Files saved before `update_seconds` became a total (it was a list that grew with every update)."""
+    bridge = VocabBridge(draft_vocab, draft_vocab)
+    path = tmp_path / "a.pt"
+    a = attach(tiny_model(drafter_path, seed=2), bridge, AdaptConfig(lora=LoRAConfig(rank=4)), path, {}, False, print)
+    a.stats.updates, a.stats.steps = 3, 6
+    a.save()
+    payload = torch.load(path, weights_only=True)
+    payload["stats"]["update_seconds"] = [0.5, 1.0, 1.5]
+    torch.save(payload, path)
+    messages = []
+    b = attach(tiny_model(drafter_path, seed=2), bridge, AdaptConfig(lora=LoRAConfig(rank=4)), path, {}, False,
+               messages.append)
+    assert "resumed adapter" in messages[-1] and b.stats.updates == 3
+    assert b.report()["seconds_per_step"] == pytest.approx(0.5)
+
+
+def test_updates_return_freed_memory_to_the_os():
+    """After an update's activations are freed, malloc_trim gives their pages back (glibc machines)."""
+    import psutil
+
+    from omnidraft.adaptation.memory import release_free_memory
+
+    if not release_free_memory():
+        pytest.skip("not a glibc C library")
+    big = torch.ones(2_100_000)
+    del big  # freeing a big block raises glibc's mmap threshold: what follows is heap
+    chunks = [torch.ones(int(n)) for n in np.random.default_rng(0).integers(20_000, 2_000_000, 400)]
+    keep = chunks[::3]  # the survivors pin the heap's pages between them
+    del chunks
+    before = psutil.Process().memory_info().rss
+    release_free_memory()
+    after = psutil.Process().memory_info().rss
+    assert before - after > 50 * 2**20, (before, after)
+    del keep

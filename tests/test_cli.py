@@ -39,6 +39,8 @@ def assert_one_line_error(proc, needle, code=None):
         (["generate", "--prompt", "x", "--draft-len", "auto", "--gamma", "1"], "--gamma: must be in (0, 1)"),
         (["generate", "--prompt", "x", "--max-draft-len", "0"], "--max-draft-len: must be at least 1"),
         (["adapt", "--stream", "s.txt", "--predictor-updates", "never"], "--predictor-updates: invalid choice"),
+        (["adapt", "--stream", "s.txt", "--top-p", "0"], "--top-p: must be in (0, 1]"),
+        (["adapt", "--stream", "s.txt", "--temperature", "-1"], "--temperature"),
         (["simulate", "--bundle", "b", "--draft-len", "-2"], "--draft-len: must be at least 1"),
         (["generate", "--prompt", "x", "--max-new-tokens", "-3"], "--max-new-tokens: must be at least 1"),
         (["generate", "--prompt", "x", "--top-p", "1.5"], "--top-p: must be in (0, 1]"),
@@ -141,3 +143,24 @@ def test_adapt_stream(tmp_path, tiny_checkpoints):
     again = run(*args[:4], "1", *args[5:], home=tmp_path, timeout=900)
     assert again.returncode == 0, again.stderr
     assert "resumed adapter" in again.stderr and "(2 updates so far)" in again.stderr, again.stderr
+
+
+def test_adapt_stream_samples_strictly(tmp_path, tiny_checkpoints):
+    """`omnidraft adapt` under sampling: it adapts, strict mode proposes no n-gram merges, and a seed repeats a run."""
+    stream = tmp_path / "stream.txt"
+    stream.write_text("The cat sat on\nOnce upon a time\nHello, my name is\nThe weather today\n")
+    args = ("adapt", "--stream", str(stream), "--window", "2", "--max-new-tokens", "10", "--adapt-every", "1",
+            "--temperature", "0.9", "--top-p", "0.95", "--strict-sampling", "--seed", "5", "--json",
+            "--target", str(tiny_checkpoints["target"]), "--drafter", str(tiny_checkpoints["drafter"]))
+    reports = []
+    for home in ("a", "b"):
+        proc = run(*args, home=tmp_path / home, timeout=900)
+        assert proc.returncode == 0, proc.stderr
+        reports.append(json.loads(proc.stdout))
+    first, second = reports
+    assert first["temperature"] == 0.9 and first["strict_sampling"] is True
+    assert first["adaptation"]["updates"] == 3  # the first prompt is held out for the guard
+    assert all(w["ngram_cache_hits"] == 0 for w in first["windows"])
+    assert sum(w["new_tokens"] for w in first["windows"]) > 0
+    same = ("acceptance_rate", "new_tokens", "tokens_per_target_call")
+    assert [[w[k] for k in same] for w in first["windows"]] == [[w[k] for k in same] for w in second["windows"]]

@@ -27,6 +27,7 @@ from ..atomic import write_bytes_atomic
 from .examples import Example, ExampleBuilder, Mapping
 from .learners import EagerLearner
 from .lora import LoRAConfig
+from .memory import release_free_memory
 
 FORMAT = "omnidraft-adapter"
 VERSION = 1
@@ -65,7 +66,7 @@ class AdaptStats:
     updates: int = 0
     rollbacks: int = 0
     steps: int = 0
-    update_seconds: list[float] = field(default_factory=list)
+    update_seconds: float = 0.0  # total (a list per update would grow the saved file forever)
     last_loss: float | None = None
     last_l_dm: float | None = None
     last_l_ngram: float | None = None
@@ -143,8 +144,9 @@ class OnlineAdapter:
                 learner.load_state(saved)
                 self.stats.rollbacks += 1
                 kept = False
+        release_free_memory()  # the step's activations, or a long session's RSS creeps up
         self.stats.updates += 1
-        self.stats.update_seconds.append(time.perf_counter() - start)
+        self.stats.update_seconds += time.perf_counter() - start
         self.save()
         return kept
 
@@ -163,7 +165,7 @@ class OnlineAdapter:
         """The summary plus what adaptation cost: learner, seconds per step (guard included), memory."""
         s = self.stats
         return {**self.summary(), "learner": self.learner.identity()["learner"],
-                "seconds_per_step": sum(s.update_seconds) / max(s.steps, 1), "extra_bytes": self.extra_bytes}
+                "seconds_per_step": s.update_seconds / max(s.steps, 1), "extra_bytes": self.extra_bytes}
 
     @property
     def extra_bytes(self) -> dict[str, int]:
@@ -201,8 +203,11 @@ class OnlineAdapter:
                 raise AdapterFileError(f"adapter format version {payload.get('version')}, expected {VERSION}")
             if payload["meta"] != self.meta:
                 raise AdapterFileError("made for another drafter, target or LoRA configuration")
+            stats = payload["stats"]
+            if isinstance(stats.get("update_seconds"), list):  # files written before it was a total
+                stats["update_seconds"] = sum(stats["update_seconds"])
             self.learner.load_state(payload["state"])
-            self.stats = AdaptStats(**payload["stats"])
+            self.stats = AdaptStats(**stats)
         except AdapterFileError:
             raise
         except Exception as e:  # noqa: BLE001 - torch.load raises many kinds on a damaged file

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..runtime.decoding import GenerationConfig, SpeculativeDecoder
 
@@ -22,6 +22,7 @@ class Window:
     drafted: int = 0
     accepted: int = 0
     drafter_calls: int = 0
+    ngram_cache_hits: int = 0
     decode_s: float = 0.0
     adapt_s: float = 0.0
     outputs: list = field(default_factory=list)
@@ -34,6 +35,7 @@ class Window:
         self.drafted += s["drafted"]
         self.accepted += s["accepted"]
         self.drafter_calls += s["drafter_calls"]
+        self.ngram_cache_hits += s["ngram_cache_hits"]
         self.decode_s += s["decode_s"]
         self.adapt_s += s.get("adaptation", {}).get("seconds", 0.0)
         self.outputs.append(result.token_ids)
@@ -46,6 +48,7 @@ class Window:
             "tokens_per_s": self.new_tokens / max(self.decode_s, 1e-9),
             "drafter_calls_per_token": self.drafter_calls / max(self.new_tokens, 1),
             "new_tokens": self.new_tokens,
+            "ngram_cache_hits": self.ngram_cache_hits,
             "adapt_s": self.adapt_s,
         }
 
@@ -60,10 +63,11 @@ def run_stream(
     """Generate for every prompt in order (adapting if the decoder has an adapter).
 
     Returns one summary per window of `window` prompts, and every output.
+    The n-th prompt samples with seed + n (the same stream twice draws the same).
     """
     windows, current, outputs = [], Window(), []
     for i, ids in enumerate(prompts):
-        result = decoder.generate(ids, config)
+        result = decoder.generate(ids, replace(config, seed=config.seed + i))
         current.add(result)
         outputs.append(result.token_ids)
         if on_prompt:
@@ -84,8 +88,8 @@ def evaluate(decoder: SpeculativeDecoder, prompts: list[list[int]], config: Gene
     try:
         window = Window()
         start = time.perf_counter()
-        for ids in prompts:
-            window.add(decoder.generate(ids, config))
+        for i, ids in enumerate(prompts):  # same seeds before and after: a paired comparison
+            window.add(decoder.generate(ids, replace(config, seed=config.seed + i)))
         summary = window.summary()
         summary["wall_s"] = time.perf_counter() - start
         return summary, window.outputs
