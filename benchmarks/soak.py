@@ -31,7 +31,7 @@ from omnidraft.adaptation.predictor import AcceptancePredictor
 from omnidraft.pair import build_eager_pair
 from omnidraft.runtime.decoding import GenerationConfig
 from omnidraft.runtime.ngram_cache import NGramCache
-from omnidraft.simulator import rss_mb
+from omnidraft.simulator import peak_rss_mb, rss_mb
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import save_results  # noqa: E402
@@ -97,13 +97,16 @@ def main() -> int:
         if (i + 1) % args.window == 0 or i + 1 == len(prompts):
             gc.collect()
             a = dec.adapter.stats
-            w = {"generations": i + 1, "rss_mb": rss_mb(), "ngram_cache": len(dec.ngram_cache),
-                 "updates": a.updates, "rollbacks": a.rollbacks, "acceptance_rate": accepted / max(drafted, 1),
-                 "probe_acceptance": probe(dec, pair, probes, config), "head_updates": dec.predictor.updates,
-                 "seconds": time.perf_counter() - start}
+            probe_acceptance = probe(dec, pair, probes, config)
+            # Measured after the probe's decoding: the drafter's merged LoRA weights always exist then (a
+            # rollback drops them until the next decode, which would show as a 0.7 GB dip).
+            w = {"generations": i + 1, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb(),
+                 "ngram_cache": len(dec.ngram_cache), "updates": a.updates, "rollbacks": a.rollbacks,
+                 "acceptance_rate": accepted / max(drafted, 1), "probe_acceptance": probe_acceptance,
+                 "head_updates": dec.predictor.updates, "seconds": time.perf_counter() - start}
             result["windows"].append(w)
             drafted = accepted = 0
-            print(f"[{i + 1}/{len(prompts)}] RSS {w['rss_mb']:.0f} MB, cache {w['ngram_cache']}, updates "
+            print(f"[{i + 1}/{len(prompts)}] RSS {w['rss_mb']:.0f} MB (peak {w['peak_rss_mb']:.0f}), cache {w['ngram_cache']}, updates "
                   f"{w['updates']} ({w['rollbacks']} rolled back), acceptance {w['acceptance_rate']:.3f}, probe "
                   f"{w['probe_acceptance']:.3f} (baseline {baseline:.3f}) "
                   f"({w['seconds']:.0f}s)", file=sys.stderr, flush=True)
@@ -127,11 +130,12 @@ def render_table(r: dict) -> str:
              f"learning, {r['threads']} threads, {r['date']}. Probe: {r['probe_prompts']} held-out prompts measured "
              f"after every window with learning paused; no-adaptation baseline on them: "
              f"{r['baseline_acceptance']:.3f}.", "",
-             "| generations | RSS MB | n-gram cache | LoRA updates (rolled back) | head updates | acceptance (window) | "
-             "acceptance (probe) | seconds |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| generations | RSS MB | peak RSS MB | n-gram cache | LoRA updates (rolled back) | head updates | "
+             "acceptance (window) | acceptance (probe) | seconds |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for w in r["windows"]:
-        lines.append(f"| {w['generations']} | {w['rss_mb']:.0f} | {w['ngram_cache']} | {w['updates']} ({w['rollbacks']}) | "
+        lines.append(f"| {w['generations']} | {w['rss_mb']:.0f} | {w['peak_rss_mb']:.0f} | {w['ngram_cache']} | "
+                     f"{w['updates']} ({w['rollbacks']}) | "
                      f"{w['head_updates']} | {w['acceptance_rate']:.3f} | {w['probe_acceptance']:.3f} | "
                      f"{w['seconds']:.0f} |")
     lines += ["", f"RSS growth from the first window to the last: {100 * r['rss_growth']:+.1f}% "
