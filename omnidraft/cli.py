@@ -95,6 +95,14 @@ def draft_options(args) -> dict:
             "max_draft_len": args.max_draft_len, "gamma": args.gamma}
 
 
+def sampling_options(args) -> dict:
+    """GenerationConfig's sampling fields from the options."""
+    from .runtime.sampling import Sampler
+
+    return {"sampler": Sampler(args.temperature, args.top_p), "seed": args.seed,
+            "strict_sampling": args.strict_sampling}
+
+
 def longest_draft(args) -> int:
     return args.draft_len if isinstance(args.draft_len, int) else args.max_draft_len
 
@@ -333,7 +341,6 @@ def cmd_generate(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from .runtime.decoding import GenerationConfig
-    from .runtime.sampling import Sampler
 
     pair = _open_pair(args, speculative=not args.no_speculation, use_ngram_cache=not args.no_ngram_cache,
                       adapt=args.adapt)
@@ -341,12 +348,10 @@ def cmd_generate(args) -> int:
     config = GenerationConfig(
         max_new_tokens=args.max_new_tokens,
         **draft_options(args),
-        sampler=Sampler(args.temperature, args.top_p),
-        seed=args.seed,
+        **sampling_options(args),
         stop_strings=tuple(args.stop),
         eos_ids=pair.eos_ids(args.chat),
         speculative=not args.no_speculation,
-        strict_sampling=args.strict_sampling,
     )
     stream = None if args.json else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
     result = pair.decoder.generate(ids, config, on_text=stream)
@@ -459,15 +464,13 @@ def cmd_adapt(args) -> int:
         torch.set_num_threads(args.threads)
     from .adaptation.stream import evaluate, run_stream
     from .runtime.decoding import GenerationConfig
-    from .runtime.sampling import Sampler
 
     pair = _open_pair(args, adapt=True)
     path = pair.adapter_path
     encode = lambda texts: [pair.encode_prompt(t, chat=args.chat) for t in texts]  # noqa: E731
     stream, held = encode(stream_texts), encode(eval_texts)
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, eos_ids=pair.eos_ids(args.chat),
-                              sampler=Sampler(args.temperature, args.top_p), seed=args.seed,
-                              strict_sampling=args.strict_sampling, **draft_options(args))
+                              **sampling_options(args), **draft_options(args))
     dec = pair.decoder
     report = {"profile": args.profile, "adapter": str(path), "prompts": len(stream), "window": args.window,
               "threads": torch.get_num_threads(), "temperature": args.temperature,

@@ -20,7 +20,6 @@ from pathlib import Path
 from .atomic import write_bytes_atomic
 from .errors import OmniDraftError
 from .runtime.decoding import GenerationConfig
-from .runtime.sampling import Sampler
 
 
 def rss_mb() -> float:
@@ -136,7 +135,7 @@ def _plots(turns: list[dict], out_dir: Path) -> None:
 
 def run(args) -> int:
     from .adaptation.predictor import PredictorConfig
-    from .cli import adapt_config, draft_options, longest_draft
+    from .cli import adapt_config, draft_options, longest_draft, sampling_options
     from .pair import attach_adapter, attach_predictor, check_profile
 
     check_profile(args.profile)
@@ -151,9 +150,8 @@ def run(args) -> int:
 
     def config():
         return GenerationConfig(
-            max_new_tokens=args.max_new_tokens, **draft_options(args),
-            sampler=Sampler(args.temperature, args.top_p), seed=args.seed, eos_ids=sim.pair.eos_ids(chat),
-            strict_sampling=args.strict_sampling,
+            max_new_tokens=args.max_new_tokens, **draft_options(args), **sampling_options(args),
+            eos_ids=sim.pair.eos_ids(chat),
         )
 
     learning = f", drafter learning on ExecuTorch (profile {args.profile})" if args.adapt else ""
