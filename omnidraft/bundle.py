@@ -28,6 +28,9 @@ bundle.json, version 2 (version 1, the same without acceptance heads, still load
     models.drafter.acceptance_head   (version 2) {features F, inputs [head_weight,
                       head_bias], outputs [head_features, accept_prob]}: the drafter's
                       graphs also compute the acceptance head (--draft-len auto)
+    models.drafter.draft_head   optional {tokens N}: the drafter graphs score only its N
+                      most frequent tokens (omnidraft/draft_head.py); their logits keep the
+                      full [vocab] shape with -inf elsewhere, so nothing reading them changes
     eos_ids, chat_eos_ids   target token ids that end generation
     ngram_cache       file name or null
     training          null, or (--with-training) {window, lam, mapped, lora {rank, alpha,
@@ -152,6 +155,9 @@ def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
         head = manifest["models"]["drafter"].get("acceptance_head")
         if head is not None and int(head["features"]) < 1 + 2:
             raise ValueError("acceptance_head.features")
+        draft_head = manifest["models"]["drafter"].get("draft_head")
+        if draft_head is not None and not 1 <= int(draft_head["tokens"]) <= int(manifest["models"]["drafter"]["vocab_size"]):
+            raise ValueError("draft_head.tokens")
     except (KeyError, TypeError, ValueError) as e:
         raise OmniDraftError(f"bundle.json in {root} is missing field (or has a bad value) {e}") from None
     for rel, entry in files.items():

@@ -28,14 +28,21 @@ class _UsageError(Exception):
     pass
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_non_negative_int = _int_at_least(0)
 
 
 def _non_negative_float(text: str) -> float:
@@ -186,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     md.add_argument("--seed", type=int, default=0)
     md.add_argument("--checkpoint-every", type=_positive_int, default=50, help="steps between resumable checkpoints")
     md.add_argument("--restart", action="store_true", help="discard an existing checkpoint instead of resuming")
+    md.add_argument("--head-tokens", type=_non_negative_int, default=16384,
+                    help="draft head: score only the N most frequent tokens (0: the full vocabulary)")
+
+    dh = sub.add_parser("draft-head", help="restrict a drafter's proposals to its N most frequent tokens (faster steps)")
+    dh.add_argument("--drafter", required=True, help="drafter checkpoint folder (or 'smollm2-135m-instruct')")
+    dh.add_argument("--tokens", type=_non_negative_int, required=True, help="tokens to keep (0: remove the draft head)")
+    dh.add_argument("--corpus", default="code,prose,chat", help="comma-separated domains to rank tokens on")
 
     sub.add_parser("prepare", help="convert the default models into $OMNIDRAFT_HOME (one time)")
     return parser
@@ -231,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_export(args)
         if args.command == "make-drafter":
             return cmd_make_drafter(args)
+        if args.command == "draft-head":
+            return cmd_draft_head(args)
         if args.command == "simulate":
             _quiet_libraries()
             from .simulator import run
@@ -317,18 +333,35 @@ def cmd_export(args) -> int:
 
 def cmd_make_drafter(args) -> int:
     _quiet_libraries()
-    from . import corpora
     from .distill import DistillConfig, distill
     from .models import DEFAULT_DRAFTER, resolve_model_path
 
-    domains = tuple(d.strip() for d in args.corpus.split(",") if d.strip())
-    unknown = [d for d in domains if d not in corpora.DOMAINS]
-    if unknown or not domains:
-        raise OmniDraftError(f"unknown corpus {','.join(unknown) or args.corpus!r}; choose from {','.join(corpora.DOMAINS)}")
+    domains = _domains(args.corpus)
     config = DistillConfig(layers=args.layers, tokens=args.tokens, seq_len=args.seq_len, batch=args.batch, lr=args.lr,
                            seed=args.seed, checkpoint_every=args.checkpoint_every, domains=domains)
-    distill(resolve_model_path(args.source, DEFAULT_DRAFTER), args.out, config, restart=args.restart)
+    distill(resolve_model_path(args.source, DEFAULT_DRAFTER), args.out, config, restart=args.restart,
+            head_tokens=args.head_tokens)
     return 0
+
+
+def cmd_draft_head(args) -> int:
+    _quiet_libraries()
+    from .draft_head import write_head
+    from .models import DEFAULT_DRAFTER, load_tokenizer, resolve_model_path
+
+    path = resolve_model_path(args.drafter, DEFAULT_DRAFTER)
+    write_head(path, load_tokenizer(path), args.tokens, _domains(args.corpus))
+    return 0
+
+
+def _domains(spec: str) -> tuple[str, ...]:
+    from . import corpora
+
+    domains = tuple(d.strip() for d in spec.split(",") if d.strip())
+    unknown = [d for d in domains if d not in corpora.DOMAINS]
+    if unknown or not domains:
+        raise OmniDraftError(f"unknown corpus {','.join(unknown) or spec!r}; choose from {','.join(corpora.DOMAINS)}")
+    return domains
 
 
 def cmd_generate(args) -> int:

@@ -109,7 +109,9 @@ def kl_loss(student_logits, teacher_logits) -> torch.Tensor:
     return F.kl_div(s.flatten(0, -2), t.flatten(0, -2), log_target=True, reduction="batchmean")
 
 
-def distill(teacher_path: Path, out: Path, config: DistillConfig, restart: bool = False) -> Path:
+def distill(teacher_path: Path, out: Path, config: DistillConfig, restart: bool = False, head_tokens: int = 0) -> Path:
+    """head_tokens: also give the student a frequency-ranked draft head of that many tokens (draft_head.py)."""
+    from .draft_head import check_size, write_head
     from .models import load_model, load_tokenizer
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -120,6 +122,7 @@ def distill(teacher_path: Path, out: Path, config: DistillConfig, restart: bool 
         dist.init_process_group("gloo")
     torch.manual_seed(config.seed)
     tokenizer = load_tokenizer(teacher_path)
+    check_size(head_tokens, tokenizer)  # before an hour of training, not after
     teacher = load_model(teacher_path)
     student, layers = make_student(teacher, config.layers)
     params = [p for p in student.parameters() if p.requires_grad]
@@ -180,6 +183,8 @@ def distill(teacher_path: Path, out: Path, config: DistillConfig, restart: bool 
                 "teacher": str(teacher_path), "layers_kept": layers, "config": asdict(config),
                 "final_kl": sum(history[-10:]) / max(1, len(history[-10:])), "kl_history": history,
             }, indent=1))
+            if head_tokens:
+                write_head(tmp, tokenizer, head_tokens, config.domains)
         log(f"[omnidraft] drafter written to {out}")
     if ddp:
         import torch.distributed as dist

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import OmniDraftError
+from .draft_head import apply_draft_head
 from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
 from .progress import log
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
@@ -203,7 +204,9 @@ def build_eager_pair(
     drafter_path = resolve_model_path(drafter, DEFAULT_DRAFTER)
     draft_vocab = Vocab.from_tokenizer(load_tokenizer(drafter_path))
     # Draft tokens can be shorter than target tokens: give the drafter twice the room.
-    drafter_runner = EagerRunner(load_model(drafter_path), 2 * max_context, name="drafter")
+    drafter_model = load_model(drafter_path)
+    apply_draft_head(drafter_model, drafter_path)
+    drafter_runner = EagerRunner(drafter_model, 2 * max_context, name="drafter")
     drafter_runner.head = AcceptanceHead.initial(n_features(drafter_runner.model.config))
     decoder = SpeculativeDecoder(target_runner, target_vocab, drafter_runner, draft_vocab)
     cache_path = _attach_cache(decoder, drafter_path.name, target_path.name, use_ngram_cache, ngram_cache_size)

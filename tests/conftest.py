@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from omnidraft.draft_head import write_head
 from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer, resolve_model_path
 from omnidraft.runtime.runner import EagerRunner
 from omnidraft.runtime.vocab import Vocab
@@ -225,6 +226,7 @@ WITHOUT_TRAINING = edit_manifest(lambda m: m.pop("training"))
 # -- one tiny exported bundle shared by the export, training-graph and simulator tests ---------
 TINY_MAX_DRAFT = 4
 TINY_WINDOW = 48
+TINY_HEAD_TOKENS = 4096  # the tiny drafter's draft head (tiny_checkpoints)
 
 
 def tiny_lora():
@@ -245,6 +247,9 @@ def tiny_checkpoints(tmp_path_factory, target_path, drafter_path):
         model.save_pretrained(root / role)
         load_tokenizer(src).save_pretrained(root / role)
         out[role] = root / role
+    # The drafter drafts from a frequency-ranked head, so every eager and exported
+    # drafter path in the suite runs through it (the target keeps its full head).
+    write_head(out["drafter"], load_tokenizer(drafter_path), TINY_HEAD_TOKENS)
     return out
 
 

@@ -71,3 +71,5 @@ def test_torchrun_two_processes(tmp_path, teacher_dir):
     assert "2 process(es)" in proc.stderr
     info = json.loads((tmp_path / "ddp" / "omnidraft-drafter.json").read_text())
     assert len(info["kl_history"]) == 8
+    head = json.loads((tmp_path / "ddp" / "omnidraft-draft-head.json").read_text())  # the default --head-tokens
+    assert head["tokens"] == len(head["token_ids"]) == 16384

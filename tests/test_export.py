@@ -50,11 +50,14 @@ def test_bundle_manifest(bundle_dir):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("role", ["target", "drafter"])
 def test_logits_match_eager(bundle_dir, tiny_checkpoints, backend, role):
+    from omnidraft.draft_head import apply_draft_head
     from omnidraft.models import load_model
 
     b = load_bundle(bundle_dir)
     runner = open_runner(b, role, backend, threads=1)
-    eager = EagerRunner(load_model(tiny_checkpoints[role]), runner.max_context)
+    model = load_model(tiny_checkpoints[role])
+    apply_draft_head(model, tiny_checkpoints[role])  # the drafter's (the target has none)
+    eager = EagerRunner(model, runner.max_context)
     rng = np.random.default_rng(0)
     if role == "drafter":  # the graph's acceptance head, fed the same (random) weights as eager's
         runner.head.weight[:] = rng.normal(size=runner.head.n_features) * 0.2
@@ -74,11 +77,17 @@ def test_logits_match_eager(bundle_dir, tiny_checkpoints, backend, role):
 
 
 def assert_close(got, want):
-    """Within 1e-4 of the logit scale (these tiny models have logits of magnitude ~10-50)."""
+    """Within 1e-4 of the logit scale (these tiny models have logits of magnitude ~10-50).
+
+    A draft head's -inf logits (tokens outside it) must be -inf in both.
+    """
+    scored = np.isfinite(want)
+    np.testing.assert_array_equal(np.isfinite(got), scored)
+    assert (got.argmax(-1) == want.argmax(-1)).all()
+    got, want = got[scored], want[scored]
     scale = max(1.0, float(np.abs(want).max()))
     err = float(np.abs(got - want).max())
     assert err <= 1e-4 * scale, (err, scale)
-    assert (got.argmax(-1) == want.argmax(-1)).all()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

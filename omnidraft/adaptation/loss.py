@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..draft_head import full_output_head
 from .examples import Example
 
 
@@ -57,10 +58,14 @@ class Batch:
 
 
 def logits_at(model, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """The drafter's logits at flat positions `rows` of ids [B, L] (the LM head only runs there)."""
+    """The drafter's logits at flat positions `rows` of ids [B, L] (the LM head only runs there).
+
+    Always the full output projection: a frequency-ranked draft head restricts
+    what the drafter proposes, not what it learns.
+    """
     hidden = model.model(input_ids=ids).last_hidden_state
     picked = hidden.reshape(-1, hidden.shape[-1])[rows]
-    logits = model.get_output_embeddings()(picked)
+    logits = full_output_head(model)(picked)
     cap = getattr(model.config, "final_logit_softcapping", None)
     if cap:
         logits = torch.tanh(logits / cap) * cap

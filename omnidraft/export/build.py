@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import __version__
 from ..atomic import atomic_directory
 from ..bundle import FORMAT, VERSION, file_entry
+from ..draft_head import apply_draft_head
 from ..errors import OmniDraftError
 from ..models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
 from ..pair import eos_ids
@@ -76,6 +77,7 @@ def export_bundle(
             tok.save_pretrained(tok_dir)
             with stage(f"{role}: loading {path.name}"):
                 model = load_model(path)
+                draft_head = apply_draft_head(model, path) if role == "drafter" else None
             graphs = {}
             meta = None
             for fmt in formats:
@@ -92,7 +94,7 @@ def export_bundle(
                                              head=role == "drafter")
                     graphs["executorch"] = f"{role}.pte"
             if role == "drafter" and with_training:
-                training = _export_training(load_model(path), tmp, vocabs, graphs, contexts[role], tokens_per_call,
+                training = _export_training(load_model(path), path, tmp, vocabs, graphs, contexts[role], tokens_per_call,
                                             train_window, lora, lam)
             models[role] = {
                 "name": path.name,
@@ -106,6 +108,8 @@ def export_bundle(
             }
             if meta.get("acceptance_head"):
                 models[role]["acceptance_head"] = meta["acceptance_head"]
+            if draft_head:
+                models[role]["draft_head"] = {"tokens": draft_head}
             del model
         bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
         cache_name = None
@@ -141,7 +145,7 @@ def export_bundle(
     return out
 
 
-def _export_training(model, tmp: Path, vocabs, graphs: dict, context: int, tokens_per_call: int, window: int,
+def _export_training(model, path: Path, tmp: Path, vocabs, graphs: dict, context: int, tokens_per_call: int, window: int,
                      lora, lam: float) -> dict:
     """drafter_train.pte + drafter_lora.pte (fp32: training needs full-precision weights)."""
     from ..adaptation.examples import Mapping
@@ -151,6 +155,7 @@ def _export_training(model, tmp: Path, vocabs, graphs: dict, context: int, token
     lora = lora or LoRAConfig()
     mapping = Mapping.from_bridge(VocabBridge(vocabs["drafter"], vocabs["target"]))
     model = lora_model(model, lora)
+    apply_draft_head(model, path)  # drafter_lora.pte drafts like drafter.pte; training keeps the full head
     train = export_training(model, tmp / "drafter_train.pte", window, mapping.draft_ids, lam)
     meta = export_lora_drafter(model, tmp / "drafter_lora.pte", context, tokens_per_call)
     graphs["executorch_train"] = "drafter_train.pte"

@@ -47,7 +47,8 @@ def head_features(hidden, logits):
     logp = torch.log_softmax(logits.float(), dim=-1)
     p = logp.exp()
     top1 = p.max(-1, keepdim=True).values
-    entropy = -(p * logp).sum(-1, keepdim=True) / math.log(logits.shape[-1])
+    # 0 log 0 = 0: a draft head leaves -inf logits outside its tokens
+    entropy = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1, keepdim=True) / math.log(logits.shape[-1])
     return torch.cat([h, top1, entropy], dim=-1)
 
 

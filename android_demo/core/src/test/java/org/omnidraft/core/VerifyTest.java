@@ -1,6 +1,7 @@
 package org.omnidraft.core;
 
 import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertTrue;
 
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -38,6 +39,25 @@ public class VerifyTest {
             assertEquals(what, Arrays.asList(((Number) c.get("accepted")).intValue(), ((Number) c.get("next")).intValue()),
                     Arrays.asList(got[0], got[1]));
             assertEquals(what + " uniforms used", ((Number) c.get("uniforms_used")).intValue(), used[0]);
+        }
+    }
+
+    /** A drafter with a draft head (bundle.json draft_head) leaves -inf logits outside its tokens. */
+    @Test
+    public void draftHeadLogitsNeverChooseAnUnscoredToken() {
+        float inf = Float.NEGATIVE_INFINITY;
+        float[] logits = {inf, 1.5f, inf, 0.2f, -3f, inf};
+        assertEquals(1, Sampler.argmax(logits));
+        for (double[] tp : new double[][] {{1.0, 1.0}, {0.7, 0.9}, {2.0, 1.0}}) {
+            double[] p = new Sampler(tp[0], tp[1]).probs(logits);
+            double sum = 0;
+            for (int i = 0; i < p.length; i++) {
+                if (Float.isInfinite(logits[i])) assertEquals(0.0, p[i], 0.0);
+                sum += p[i];
+            }
+            assertEquals(1.0, sum, 1e-9);
+            java.util.Random rng = new java.util.Random(7);
+            for (int k = 0; k < 200; k++) assertTrue(!Float.isInfinite(logits[Sampler.sample(p, rng::nextDouble)]));
         }
     }
 
