@@ -88,23 +88,31 @@ def apply_draft_head(model, drafter_dir: Path) -> int | None:
 
 def rank_tokens(tokenizer, n: int, domains=corpora.DOMAINS, texts_per_domain: int = 4000,
                 seed: int = 0) -> tuple[list[int], dict]:
-    """The n most frequent draft tokens on the corpora's adapt split, plus coverage facts.
+    """The n most frequent draft tokens on the corpora's adapt split, plus coverage facts:
+    the share of adapt-split tokens they cover, and per domain of the held-out eval split.
 
     Special tokens are left out: across vocabularies the loop never drafts them.
     """
     special = set(tokenizer.all_special_ids)
-    counts: Counter = Counter()
-    for domain in domains:
-        for text in corpora.prompts(domain, texts_per_domain, seed=seed, split="adapt", max_chars=2400):
-            counts.update(tokenizer.encode(text, add_special_tokens=False))
-    for t in special:
-        counts.pop(t, None)
+
+    def count(domain: str, split: str) -> Counter:
+        counts: Counter = Counter()
+        for text in corpora.prompts(domain, texts_per_domain, seed=seed, split=split, max_chars=2400):
+            counts.update(t for t in tokenizer.encode(text, add_special_tokens=False) if t not in special)
+        return counts
+
+    counts = sum((count(d, "adapt") for d in domains), Counter())
     total = sum(counts.values())
     if not total:
         raise OmniDraftError("no corpus text to rank tokens on")
     ranked = [t for t, _ in counts.most_common(n)]
-    covered = sum(counts[t] for t in ranked)
-    return ranked, {"tokens_counted": total, "distinct_seen": len(counts), "coverage": covered / total}
+    kept = set(ranked)
+    held_out = {}
+    for d in domains:
+        ev = count(d, "eval")
+        held_out[d] = sum(c for t, c in ev.items() if t in kept) / max(1, sum(ev.values()))
+    return ranked, {"tokens_counted": total, "distinct_seen": len(counts),
+                    "coverage": sum(counts[t] for t in ranked) / total, "eval_coverage": held_out}
 
 
 def check_size(n: int, tokenizer) -> None:
@@ -128,6 +136,8 @@ def write_head(drafter_dir: Path, tokenizer, n: int, domains=corpora.DOMAINS) ->
     record = {"version": HEAD_VERSION, "tokens": len(ids), "domains": list(domains), **facts,
               "token_ids": sorted(ids)}
     write_bytes_atomic(drafter_dir / HEAD_FILE, json.dumps(record).encode())
+    held_out = ", ".join(f"{d} {x:.1%}" for d, x in facts["eval_coverage"].items())
     log(f"[omnidraft] draft head of {len(ids):,} tokens covers {facts['coverage']:.1%} of "
-        f"{facts['tokens_counted']:,} corpus tokens ({facts['distinct_seen']:,} distinct seen)")
+        f"{facts['tokens_counted']:,} corpus tokens ({facts['distinct_seen']:,} distinct seen); "
+        f"held-out text: {held_out}")
     return record

@@ -42,6 +42,7 @@ def test_head_file_round_trip_and_bad_files(tmp_path, drafter_path):
     assert ids == record["token_ids"] and len(ids) == 1000 == len(set(ids))
     assert not set(ids) & set(tok.all_special_ids)
     assert 0.5 < record["coverage"] < 1.0  # 1,000 tokens cover most, not all, of the prose
+    assert 0.5 < record["eval_coverage"]["prose"] < record["coverage"]  # held-out text is covered less
     frequent = set(tok.encode(" the and of to", add_special_tokens=False))
     assert frequent <= set(ids)
     write_head(tmp_path, tok, 0)  # 0 removes it
