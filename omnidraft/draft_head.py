@@ -44,6 +44,11 @@ class SubsetHead(torch.nn.Module):
         self.register_buffer("weight_subset", full.weight.detach()[ids].clone(), persistent=False)
         self.vocab_size = full.weight.shape[0]
 
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Copy the kept rows again, after training changed the full projection (full fine-tuning)."""
+        self.weight_subset.copy_(self.full.weight[self.token_ids])
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         # F.linear, not `hidden @ W.T`: XNNPACK runs a linear with constant weights as one
         # packed fully-connected op, but a matmul by a transposed constant ~17x slower.
@@ -57,6 +62,12 @@ def full_output_head(model) -> torch.nn.Module:
     """The model's full output projection, also when a SubsetHead is installed (training)."""
     head = model.get_output_embeddings()
     return head.full if isinstance(head, SubsetHead) else head
+
+
+def refresh_draft_head(model) -> None:
+    head = model.get_output_embeddings()
+    if isinstance(head, SubsetHead):
+        head.refresh()
 
 
 def read_head(drafter_dir: Path, vocab_size: int) -> list[int] | None:

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from omnidraft.cli import main
-from omnidraft.draft_head import HEAD_FILE, SubsetHead, apply_draft_head, full_output_head, read_head, write_head
+from omnidraft.draft_head import (HEAD_FILE, SubsetHead, apply_draft_head, full_output_head, read_head,
+                                  refresh_draft_head, write_head)
 from omnidraft.errors import OmniDraftError
 from omnidraft.models import load_model, load_tokenizer
 from omnidraft.pair import build_eager_pair
@@ -33,6 +34,15 @@ def test_subset_head_keeps_the_scores_of_its_tokens(tiny_drafter_model):
     assert torch.isneginf(pruned[..., outside]).all()
     # the acceptance head's confidence features stay finite (0 log 0 = 0)
     assert torch.isfinite(head_features(torch.randn(1, 6, 64), pruned)).all()
+    # full fine-tuning moves the tied projection; the draft head follows after a refresh
+    with torch.no_grad():
+        head.weight.mul_(2.0)
+        refresh_draft_head(model)
+        after = model(input_ids=x).logits
+        subset_head = model.get_output_embeddings()
+        model.set_output_embeddings(head)
+        torch.testing.assert_close(after[..., ids], model(input_ids=x).logits[..., ids], rtol=1e-5, atol=1e-4)
+        model.set_output_embeddings(subset_head)
 
 
 def test_head_file_round_trip_and_bad_files(tmp_path, drafter_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..draft_head import refresh_draft_head
 from .examples import Example, Mapping
 from .lora import LoRALinear, add_lora, copy_into, forget_merged, lora_parameters
 from .loss import Batch, batch_loss, greedy_acceptance
@@ -48,7 +49,13 @@ class EagerLearner:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
+        self._sync_draft_head()
         return loss.item(), l_dm.item(), l_ngram.item()
+
+    def _sync_draft_head(self) -> None:
+        """Full fine-tuning moves the tied head: the draft head's copy of its rows must follow."""
+        if self.config.lora is None:
+            refresh_draft_head(self.model)
 
     def acceptance(self, examples: list[Example]) -> float:
         return greedy_acceptance(self.model, Batch.of(examples))
@@ -61,6 +68,7 @@ class EagerLearner:
     def load_state(self, state: dict) -> None:
         copy_into(self.trainable, state["weights"])
         forget_merged(self.model)
+        self._sync_draft_head()
         self.optimizer.load_state_dict(state["optimizer"])
 
     def extra_bytes(self) -> dict[str, int]:
