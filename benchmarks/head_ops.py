@@ -46,9 +46,7 @@ class TransposedSubsetHead(SubsetHead):
     """The first draft head: the kept rows as `hidden @ W.T`, then the same scatter."""
 
     def forward(self, hidden):
-        scores = hidden @ self.weight_subset.T
-        full = torch.full((*scores.shape[:-1], self.vocab_size), float("-inf"), dtype=scores.dtype)
-        return full.scatter(-1, self.token_ids.expand(*scores.shape[:-1], -1), scores)
+        return self.widen(hidden @ self.weight_subset.T)
 
 
 def time_ms(method, hidden, reps: int) -> float:

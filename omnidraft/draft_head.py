@@ -52,10 +52,12 @@ class SubsetHead(torch.nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         # F.linear, not `hidden @ W.T`: XNNPACK runs a linear with constant weights as one
         # packed fully-connected op, but a matmul by a transposed constant ~17x slower.
-        scores = torch.nn.functional.linear(hidden, self.weight_subset)
+        return self.widen(torch.nn.functional.linear(hidden, self.weight_subset))
+
+    def widen(self, scores: torch.Tensor) -> torch.Tensor:
+        """[..., N] scores of the kept tokens -> [..., V] logits, -inf outside them."""
         full = torch.full((*scores.shape[:-1], self.vocab_size), float("-inf"), dtype=scores.dtype)
-        index = self.token_ids.expand(*scores.shape[:-1], -1)
-        return full.scatter(-1, index, scores)
+        return full.scatter(-1, self.token_ids.expand(*scores.shape[:-1], -1), scores)
 
 
 def full_output_head(model) -> torch.nn.Module:
