@@ -6,15 +6,17 @@ import sys
 
 import pytest
 
+from .conftest import HANG_GUARD_SECONDS
 
-def run(*args, home=None, timeout=300):
+
+def run(*args, home=None):
     env = None
     if home is not None:
         import os
 
         env = {**os.environ, "OMNIDRAFT_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "omnidraft", *args], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", "omnidraft", *args], capture_output=True, text=True, timeout=HANG_GUARD_SECONDS, env=env
     )
 
 
@@ -130,7 +132,7 @@ def test_adapt_stream(tmp_path, tiny_checkpoints):
         "def mean(xs):\n    return", "import json\n\ndef load(path):\n", "for i in range(10):\n    print(")))
     args = ("adapt", "--stream", str(stream), "--window", "2", "--max-new-tokens", "10", "--adapt-every", "1",
             "--profile", "ci", "--json", "--target", str(target_path), "--drafter", str(drafter_path))
-    proc = run(*args, home=tmp_path, timeout=900)
+    proc = run(*args, home=tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert [w["prompts"] for w in report["windows"]] == [2, 1]
@@ -140,7 +142,7 @@ def test_adapt_stream(tmp_path, tiny_checkpoints):
     assert all(0 <= w["acceptance_rate"] <= 1 and w["tokens_per_target_call"] >= 1 for w in report["windows"])
     (adapter,) = (tmp_path / "adapters").glob("*--ci.pt")
     assert adapter == tmp_path / "adapters" / adapter.name and report["adapter"] == str(adapter)
-    again = run(*args[:4], "1", *args[5:], home=tmp_path, timeout=900)
+    again = run(*args[:4], "1", *args[5:], home=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "resumed adapter" in again.stderr and "(2 updates so far)" in again.stderr, again.stderr
 
@@ -154,7 +156,7 @@ def test_adapt_stream_samples_strictly(tmp_path, tiny_checkpoints):
             "--target", str(tiny_checkpoints["target"]), "--drafter", str(tiny_checkpoints["drafter"]))
     reports = []
     for home in ("a", "b"):
-        proc = run(*args, home=tmp_path / home, timeout=900)
+        proc = run(*args, home=tmp_path / home)
         assert proc.returncode == 0, proc.stderr
         reports.append(json.loads(proc.stdout))
     first, second = reports

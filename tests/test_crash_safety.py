@@ -12,6 +12,8 @@ import pytest
 
 from omnidraft.runtime.ngram_cache import NGramCache
 
+from .conftest import HANG_GUARD_SECONDS
+
 SAVER = r"""
 import sys
 from omnidraft.runtime.ngram_cache import NGramCache
@@ -176,7 +178,7 @@ def test_soak_command_reports_memory_cache_rollbacks_and_acceptance(tmp_path, ti
         [sys.executable, str(root / "benchmarks" / "soak.py"), "--out", str(tmp_path / "soak"), "--generations", "4",
          "--window", "2", "--max-new-tokens", "4", "--threads", "1", "--probe", "1",
          "--target", str(tiny_checkpoints["target"]), "--drafter", str(tiny_checkpoints["drafter"])],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "OMNIDRAFT_HOME": str(tmp_path)})
+        capture_output=True, text=True, timeout=HANG_GUARD_SECONDS, env={**os.environ, "OMNIDRAFT_HOME": str(tmp_path)})
     assert proc.returncode in (0, 1), proc.stderr[-2000:]  # 1: a check failed (reported, not a crash)
     r = json.loads((tmp_path / "soak" / "results.json").read_text())
     assert [w["generations"] for w in r["windows"]] == [2, 4]

@@ -11,7 +11,7 @@ import torch
 from omnidraft.distill import DistillConfig, distill, kept_layers, make_student
 from omnidraft.errors import OmniDraftError
 
-from .conftest import tiny_model
+from .conftest import HANG_GUARD_SECONDS, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_torchrun_two_processes(tmp_path, teacher_dir):
     proc = subprocess.run(
         [torchrun, "--standalone", "--nproc_per_node=2", "-m", "omnidraft", "make-drafter", "--from", str(teacher_dir),
          "--out", str(tmp_path / "ddp"), "--layers", "1", "--tokens", "2048", "--seq-len", "32", "--batch", "8"],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True, text=True, env=env, timeout=HANG_GUARD_SECONDS,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2 process(es)" in proc.stderr

@@ -28,7 +28,9 @@ def test_subset_head_keeps_the_scores_of_its_tokens(tiny_drafter_model):
         model.set_output_embeddings(SubsetHead(head, ids.tolist()))
         pruned = model(input_ids=x).logits
     assert full_output_head(model) is head  # training still reaches the full projection
-    assert torch.equal(pruned[..., ids], full[..., ids])
+    # Same scores up to float32 rounding: a 5-row and a 49,152-row matmul are blocked differently
+    # by the BLAS kernel (they differ by about one float32 step, 1e-6, on some CPUs).
+    torch.testing.assert_close(pruned[..., ids], full[..., ids], rtol=1e-5, atol=1e-5)
     outside = torch.ones(full.shape[-1], dtype=torch.bool)
     outside[ids] = False
     assert torch.isneginf(pruned[..., outside]).all()

@@ -19,7 +19,7 @@ from omnidraft.pair import build_bundle_pair, open_runner
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.runner import EagerRunner
 
-from .conftest import TINY_MAX_DRAFT, WITHOUT_TRAINING, damaged_copy, edit_manifest
+from .conftest import HANG_GUARD_SECONDS, TINY_MAX_DRAFT, WITHOUT_TRAINING, damaged_copy, edit_manifest
 
 MAX_DRAFT = TINY_MAX_DRAFT
 BACKENDS = ["onnxruntime", "executorch"]
@@ -172,7 +172,7 @@ def cli(*args, home):
     import sys
 
     env = {**os.environ, "OMNIDRAFT_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "omnidraft", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([sys.executable, "-m", "omnidraft", *args], capture_output=True, text=True, env=env, timeout=HANG_GUARD_SECONDS)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -268,7 +268,7 @@ def test_simulator_chat_session_and_report(bundle_dir, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "omnidraft", "simulate", "--bundle", str(bundle_dir), "--threads", "1",
          "--max-new-tokens", "8", "--report", str(tmp_path / "rep")],
-        input="Hello there\nAnd again?\n\n", capture_output=True, text=True, env=env, timeout=300,
+        input="Hello there\nAnd again?\n\n", capture_output=True, text=True, env=env, timeout=HANG_GUARD_SECONDS,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("model> ") == 2
@@ -288,7 +288,7 @@ def _chat(bundle_dir, home, *extra):
     return subprocess.run(
         [sys.executable, "-m", "omnidraft", "simulate", "--bundle", str(bundle_dir), "--threads", "1",
          "--max-new-tokens", "8", "--report", str(home / "rep"), *extra],
-        input="Hello there\nAnd again?\nOnce more.\n\n", capture_output=True, text=True, timeout=300,
+        input="Hello there\nAnd again?\nOnce more.\n\n", capture_output=True, text=True, timeout=HANG_GUARD_SECONDS,
         env={**os.environ, "OMNIDRAFT_HOME": str(home)})
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import TINY_MAX_DRAFT
+from .conftest import HANG_GUARD_SECONDS, TINY_MAX_DRAFT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,7 +18,7 @@ def test_suite_runs_every_method_on_eager_executorch_and_onnxruntime(tmp_path, t
          "--max-new-tokens", "6", "--prompt-chars", "60", "--threads", "1", "--cap", str(TINY_MAX_DRAFT),
          "--draft-len", "3", "--target", str(tiny_checkpoints["target"]), "--drafter", str(tiny_checkpoints["drafter"]),
          "--bundle", str(tiny_bundle)],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "OMNIDRAFT_HOME": str(tmp_path / "home")})
+        capture_output=True, text=True, timeout=HANG_GUARD_SECONDS, env={**os.environ, "OMNIDRAFT_HOME": str(tmp_path / "home")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((out / "results.json").read_text())
     systems = {s["system"].split(",")[0]: s for s in r["systems"]}
