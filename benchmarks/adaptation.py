@@ -28,7 +28,7 @@ from omnidraft.adaptation.stream import evaluate, run_stream
 from omnidraft.models import DEFAULT_DRAFTER, load_model, load_tokenizer, resolve_model_path
 from omnidraft.pair import build_eager_pair
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
-from omnidraft.runtime.ngram_cache import NGramCache
+from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.runner import EagerRunner
 from omnidraft.runtime.vocab import Vocab
 
@@ -85,9 +85,9 @@ def main() -> int:
         for name in names:
             use_cache, adapt = all_configs[name]
             drafter = EagerRunner(load_model(drafter_path), 2 * target.max_context, name="drafter")
-            dec = SpeculativeDecoder(target, target_vocab, drafter, draft_vocab)
-            dec.ngram_cache = NGramCache(dec.bridge.pair_id, 20_000) if use_cache else None
-            dec.adapter = OnlineAdapter(drafter.model, dec.bridge, adapt) if adapt else None
+            drafting = DraftModel.between(target, target_vocab, drafter, draft_vocab, ngram_cache=use_cache)
+            adapter = OnlineAdapter(drafter.model, drafting.bridge, adapt) if adapt else None
+            dec = SpeculativeDecoder(target, target_vocab, drafting, adapter)
 
             def progress(i, stats, name=name, domain=domain):
                 el = time.perf_counter() - start

@@ -79,7 +79,7 @@ def main() -> int:
             text_ids = pair.encode_prompt(sample)[:96]
         prefix = text_ids[:64]
         lat = {k: step_ms(dec.target, prefix, k, args.reps) for k in (1, 4, 8)}
-        draft_prefix = pair.decoder.draft_prompt(prefix)[:64]
+        draft_prefix = pair.decoder.bridge.draft_prompt(prefix)[:64]
         lat_d = step_ms(dec.drafter, draft_prefix, 1, args.reps)
         logits = teacher_forced_logits(dec.target, text_ids)
         if reference is None:

@@ -10,6 +10,10 @@ from pathlib import Path
 
 from omnidraft.atomic import write_bytes_atomic
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
+from omnidraft.runtime.drafting import DraftModel
+from omnidraft.runtime.hybrid import Hybrid
+from omnidraft.runtime.lookup import HistoryIndex
+from omnidraft.runtime.lookup_proposer import LookupProposer
 
 
 def step_ms(runner, prefix, k: int = 1, reps: int = 15) -> float:
@@ -45,27 +49,35 @@ class Method:
     """One decoding method over shared runners, with its own learned state.
 
     Methods run interleaved prompt by prompt on the same runners, so that load
-    drifts hit all alike. Each owns a copy of the n-gram cache and acceptance head
-    it starts from (the cache and, for "auto", the head keep learning as in use,
-    from this method's traffic only) and, when `learner` is given, the LoRA state
-    it swaps into the drafter before generating. draft: GenerationConfig draft
-    fields, or None for target-only.
+    drifts hit all alike. Each owns a copy of the n-gram cache, acceptance head and
+    lookup proposer (history and scorer) it starts from; they keep learning as in use,
+    from this method's traffic only. When `learner` is given, the method swaps its LoRA
+    state into the drafter before generating. draft: GenerationConfig draft fields, or
+    None for target-only; proposer: "drafter", "lookup" or "hybrid".
     """
 
-    def __init__(self, pair, draft: dict | None, cache=None, predictor=None, learner=None, lora=None):
+    def __init__(self, pair, draft: dict | None, cache=None, predictor=None, learner=None, lora=None,
+                 proposer: str = "drafter", lookup=None):
         base = pair.decoder
         self.draft = draft
-        self.decoder = SpeculativeDecoder(base.target, pair.target_vocab, base.drafter if draft else None,
-                                          base.bridge.draft if draft else None)
-        self.decoder.ngram_cache = copy.deepcopy(cache) if draft and cache is not None else None
         self.predictor = copy.deepcopy(predictor)
         if self.predictor is not None:
             self.predictor.track.clear()  # judge the head only on the measured prompts
-            if draft and draft.get("draft_policy") == "auto":
-                self.decoder.predictor = self.predictor
+        chosen = None
+        if draft is not None:
+            drafting = None
+            if proposer != "lookup":
+                auto = draft.get("draft_policy") == "auto"
+                drafting = DraftModel(base.drafter, base.bridge, copy.deepcopy(cache),
+                                      self.predictor if auto else None)
+            looking = None
+            if proposer != "drafter":
+                looking = copy.deepcopy(lookup) if lookup is not None else LookupProposer(HistoryIndex())
+            chosen = drafting if proposer == "drafter" else Hybrid(looking, drafting)
+        self.decoder = SpeculativeDecoder(base.target, pair.target_vocab, chosen)
         self.learner, self.lora = learner, lora
         self.totals = dict(tokens=0, calls=0, drafted=0, accepted=0, drafter_calls=0, seconds=0.0, rounds=0,
-                           draft_tokens=0, differ=0)
+                           draft_tokens=0, differ=0, lookup_accepted=0, lookup_proposed=0)
 
     def run(self, ids, max_new: int, eos) -> list[int]:
         drafter = self.decoder.drafter
@@ -83,7 +95,10 @@ class Method:
                           ("accepted", "accepted"), ("drafter_calls", "drafter_calls"), ("seconds", "decode_s"),
                           ("draft_tokens", "draft_tokens")):
             t[key] += st[stat]
-        t["rounds"] += sum(1 for _, m, _ in st["rounds"] if m)
+        lookup = st["proposals"].get("lookup", {})
+        t["lookup_accepted"] += lookup.get("accepted", 0)
+        t["lookup_proposed"] += lookup.get("proposed", 0)
+        t["rounds"] += st["proposals"].get("drafter", {}).get("rounds", 0)  # for the mean draft length
         return result.token_ids
 
     def summary(self, base_tps: float) -> dict:
@@ -98,7 +113,8 @@ def summarize(t: dict, base_tps: float) -> dict:
             "acceptance_rate": t["accepted"] / t["drafted"] if t["drafted"] else None,
             "mean_draft_len": t["draft_tokens"] / max(t["rounds"], 1),
             "tokens_per_s": tps, "speedup": tps / base_tps if base_tps else None,
-            "outputs_differing": t["differ"], "new_tokens": t["tokens"]}
+            "outputs_differing": t["differ"], "new_tokens": t["tokens"],
+            "lookup_share": t.get("lookup_accepted", 0) / max(t["tokens"], 1)}
 
 
 def hf_generate(target_model, ids: list[int], eos, max_new: int, **assist) -> tuple[list[int], float]:

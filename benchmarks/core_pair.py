@@ -43,7 +43,7 @@ def main() -> int:
     transformers.utils.logging.disable_progress_bar()
     pair = build_eager_pair(drafter=args.drafter, use_ngram_cache=False)
     dec = pair.decoder
-    dec.ngram_cache = NGramCache(dec.bridge.pair_id)  # fresh: learns during this run only
+    dec.drafting.ngram_cache = NGramCache(dec.bridge.pair_id)  # fresh: learns during this run only
     rows, per_prompt = [], []
     total = args.prompts_per_domain * len(corpora.DOMAINS)
     done = 0
@@ -94,7 +94,7 @@ def main() -> int:
             "outputs_differing": int(agg["mismatch"]),
         })
     prefix = pair.encode_prompt(corpora.prompts("prose", 1, seed=9)[0])[:64]
-    c = step_ms(dec.drafter, dec.draft_prompt(prefix)[:64]) / step_ms(dec.target, prefix)
+    c = step_ms(dec.drafter, dec.bridge.draft_prompt(prefix)[:64]) / step_ms(dec.target, prefix)
     result = {
         "cost_ratio_c": c,
         "command": " ".join(["benchmarks/core_pair.py", *sys.argv[1:]]),

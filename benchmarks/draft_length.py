@@ -26,7 +26,6 @@ from omnidraft.adaptation.predictor import AcceptancePredictor
 from omnidraft.pair import build_bundle_pair, build_eager_pair
 from omnidraft.runtime.acceptance import AcceptanceHead
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
-from omnidraft.runtime.ngram_cache import NGramCache
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import Method, save_results  # noqa: E402
@@ -78,10 +77,10 @@ def main() -> int:
         chat = domain == "chat"
         eos = pair.eos_ids(chat)
         # warm-up: the cache and the head learn from this domain's traffic
-        warm = SpeculativeDecoder(pair.decoder.target, pair.target_vocab, drafter, pair.decoder.bridge.draft)
-        warm.ngram_cache = NGramCache(warm.bridge.pair_id)
         drafter.head = AcceptanceHead.initial(drafter.head.n_features)
-        warm.predictor = AcceptancePredictor(drafter.head)
+        warm = SpeculativeDecoder.with_drafter(pair.decoder.target, pair.target_vocab, drafter,
+                                               pair.decoder.bridge.draft, ngram_cache=True,
+                                               predictor=AcceptancePredictor(drafter.head))
         for i, text in enumerate(corpora.prompts(domain, args.warmup, split="adapt")):
             s = warm.generate(pair.encode_prompt(text, chat=chat),
                               GenerationConfig(args.max_new_tokens, draft_policy="auto", max_draft_len=args.cap,

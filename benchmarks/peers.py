@@ -66,7 +66,7 @@ def main() -> int:
         runs["HF assisted"] = (*hf_generate(hf_target, ids, eos, args.max_new_tokens, assistant_model=hf_drafter,
                                             tokenizer=tok_t, assistant_tokenizer=tok_d), None)
         for name, use_cache in (("OmniDraft eager", True), ("OmniDraft eager, no n-gram cache", False)):
-            dec.ngram_cache = cache if use_cache else None
+            dec.drafting.ngram_cache = cache if use_cache else None
             r = dec.generate(ids, GenerationConfig(args.max_new_tokens, draft_len=args.draft_len, eos_ids=eos))
             runs[name] = (r.token_ids, r.stats["decode_s"], r.stats)
         for name, (tokens, secs, stats) in runs.items():
@@ -83,7 +83,7 @@ def main() -> int:
             file=sys.stderr, flush=True)
 
     prefix = pair.encode_prompt(prompts[0][1])[:64]
-    c = step_ms(dec.drafter, dec.draft_prompt(prefix)[:64]) / step_ms(dec.target, prefix)
+    c = step_ms(dec.drafter, dec.bridge.draft_prompt(prefix)[:64]) / step_ms(dec.target, prefix)
     base_tps = totals[METHODS[0]]["tokens"] / totals[METHODS[0]]["s"]
     rows = []
     for name in METHODS:

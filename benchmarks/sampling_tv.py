@@ -102,7 +102,7 @@ def real_pair_cost(per_domain: int, max_new_tokens: int, threads: int) -> list[d
     dec = pair.decoder
     rows = []
     for mode, strict in (("default", False), ("strict", True)):
-        dec.ngram_cache = NGramCache(dec.bridge.pair_id)  # fresh per mode: the same start for both
+        dec.drafting.ngram_cache = NGramCache(dec.bridge.pair_id)  # fresh per mode: the same start for both
         totals = {"new_tokens": 0, "target_calls": 0, "accepted": 0, "drafted": 0}
         for domain in corpora.DOMAINS:
             chat = domain == "chat"

@@ -29,7 +29,8 @@ from omnidraft import corpora
 from omnidraft.adaptation.online import AdaptConfig, OnlineAdapter
 from omnidraft.adaptation.predictor import AcceptancePredictor
 from omnidraft.pair import build_eager_pair
-from omnidraft.runtime.decoding import GenerationConfig
+from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
+from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.ngram_cache import NGramCache
 from omnidraft.simulator import peak_rss_mb, rss_mb
 
@@ -50,15 +51,13 @@ def prompt_cycle(n: int) -> list[tuple[str, str]]:
 
 def probe(dec, pair, prompts, config) -> float:
     """Acceptance on `prompts` with learning paused: the cache learns on a copy, no LoRA or head updates."""
-    learning = dec.adapter, dec.predictor, dec.ngram_cache
-    dec.adapter = dec.predictor = None
-    dec.ngram_cache = copy.deepcopy(dec.ngram_cache)
+    paused = SpeculativeDecoder.with_drafter(dec.target, pair.target_vocab, dec.drafter, dec.bridge.draft,
+                                             ngram_cache=copy.deepcopy(dec.ngram_cache))
     drafted = accepted = 0
     for domain, text in prompts:
-        s = dec.generate(pair.encode_prompt(text, chat=domain == "chat"), config).stats
+        s = paused.generate(pair.encode_prompt(text, chat=domain == "chat"), config).stats
         drafted += s["drafted"]
         accepted += s["accepted"]
-    dec.adapter, dec.predictor, dec.ngram_cache = learning
     return accepted / max(drafted, 1)
 
 
@@ -75,15 +74,16 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pair = build_eager_pair(args.target, args.drafter, use_ngram_cache=False)
-    dec = pair.decoder
+    base = pair.decoder
     prompts = prompt_cycle(args.generations)
     config = GenerationConfig(args.max_new_tokens, draft_policy="auto", max_draft_len=6)
 
     probes = [(d, t) for d in corpora.DOMAINS for t in corpora.prompts(d, args.probe, split="eval")]
-    dec.ngram_cache = NGramCache(dec.bridge.pair_id)
-    baseline = probe(dec, pair, probes, config)  # before any learning
-    dec.adapter = OnlineAdapter(dec.drafter.model, dec.bridge, AdaptConfig(lr=3e-4))
-    dec.predictor = AcceptancePredictor(dec.drafter.head)
+    base.drafting.ngram_cache = NGramCache(base.bridge.pair_id)
+    baseline = probe(base, pair, probes, config)  # before any learning
+    drafting = DraftModel(base.drafter, base.bridge, base.ngram_cache, AcceptancePredictor(base.drafter.head))
+    dec = SpeculativeDecoder(base.target, pair.target_vocab, drafting,
+                             OnlineAdapter(base.drafter.model, base.bridge, AdaptConfig(lr=3e-4)))
     result = {"command": " ".join(["benchmarks/soak.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"),
               "threads": args.threads, "generations": args.generations, "window": args.window,
               "max_new_tokens": args.max_new_tokens, "target": pair.target_name, "drafter": pair.drafter_name,

@@ -41,6 +41,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.pair import build_bundle_pair, build_eager_pair, learner_for
 from omnidraft.runtime.acceptance import AcceptanceHead
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
+from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.ngram_cache import NGramCache
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -79,16 +80,17 @@ def warm_up(pair, learner, zero_lora, domain: str, args, bar) -> tuple:
     """The domain's warm-up stream with everything learning; returns (cache, predictor, lora state, adapter)."""
     dec = pair.decoder
     drafter = dec.drafter
-    warm = SpeculativeDecoder(dec.target, pair.target_vocab, drafter, dec.bridge.draft)
-    warm.ngram_cache = NGramCache(warm.bridge.pair_id)
     predictor = None
     if drafter.has_head:
         drafter.head = AcceptanceHead.initial(drafter.head.n_features)
-        predictor = warm.predictor = AcceptancePredictor(drafter.head)
+        predictor = AcceptancePredictor(drafter.head)
+    drafting = DraftModel(drafter, dec.bridge, NGramCache(dec.bridge.pair_id), predictor)
+    adapter = None
     if learner is not None:
         learner.load_state(zero_lora)
         drafter.reset()
-        warm.adapter = OnlineAdapter(learner, warm.bridge, AdaptConfig(lr=args.adapt_lr))
+        adapter = OnlineAdapter(learner, dec.bridge, AdaptConfig(lr=args.adapt_lr))
+    warm = SpeculativeDecoder(dec.target, pair.target_vocab, drafting, adapter)
     chat = domain == "chat"
     draft = _auto(args) if drafter.has_head else dict(draft_len=args.draft_len)
     for text in corpora.prompts(domain, args.warmup, split="adapt", max_chars=args.prompt_chars):
@@ -109,7 +111,7 @@ def run_system(label: str, pair, args, bar) -> dict:
     drafter = dec.drafter
     n = min(64, dec.target.max_context // 2)
     prefix = pair.encode_prompt(corpora.prompts("prose", 1, seed=9)[0])[:n]
-    c = step_ms(drafter, dec.draft_prompt(prefix)[:n]) / step_ms(dec.target, prefix)
+    c = step_ms(drafter, dec.bridge.draft_prompt(prefix)[:n]) / step_ms(dec.target, prefix)
     learner, zero_lora, why_not = None, None, None
     try:
         learner = OnlineAdapter(learner_for(pair, AdaptConfig(lr=args.adapt_lr)), dec.bridge,

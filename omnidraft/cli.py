@@ -86,9 +86,18 @@ def _add_sampling_options(p) -> None:
 
 
 def _add_draft_options(p) -> None:
-    p.add_argument("--draft-len", type=_draft_len, default=4, metavar="{N,auto,heuristic}",
-                   help="draft tokens per round: a fixed N, 'auto' (acceptance head) or 'heuristic' (+2/-1)")
-    p.add_argument("--max-draft-len", type=_positive_int, default=8, help="cap of 'auto' and 'heuristic'")
+    p.add_argument("--proposer", choices=("hybrid", "drafter", "lookup"), default="hybrid",
+                   help="who proposes tokens: each round the better of lookup and the drafter (hybrid), "
+                        "the drafter alone, or lookup alone (no drafter loaded)")
+    p.add_argument("--no-history", action="store_true",
+                   help="lookup searches only the current text: the profile's history is neither read nor written")
+    p.add_argument("--history-tokens", type=_non_negative_int, default=1_000_000,
+                   help="most tokens of past prompts and outputs kept for lookup (oldest dropped)")
+    p.add_argument("--draft-len", type=_draft_len, default=None, metavar="{N,auto,heuristic}",
+                   help="draft tokens per round: a fixed N, 'auto' (acceptance head; the default when the "
+                        "drafter has one) or 'heuristic' (+2/-1)")
+    p.add_argument("--max-draft-len", type=_positive_int, default=None,
+                   help="cap of 'auto' and 'heuristic' (default 8, or a bundle's exported maximum if smaller)")
     p.add_argument("--gamma", type=_open_probability, default=0.5,
                    help="'auto' stops drafting once P(some draft token is rejected) > gamma")
     p.add_argument("--predictor-updates", choices=("each-prompt", "with-lora"), default="each-prompt",
@@ -96,10 +105,30 @@ def _add_draft_options(p) -> None:
 
 
 def draft_options(args) -> dict:
-    """GenerationConfig's draft-length fields from the options."""
+    """GenerationConfig's draft-length fields from the options (after resolve_draft_len)."""
     fixed = isinstance(args.draft_len, int)
     return {"draft_policy": "fixed" if fixed else args.draft_len, "draft_len": args.draft_len if fixed else 4,
             "max_draft_len": args.max_draft_len, "gamma": args.gamma}
+
+
+def resolve_draft_len(args, pair) -> None:
+    """Defaults that depend on the pair: 'auto' when the drafter has an acceptance head (else 4 per
+    round), capped at 8 or the bundle's exported maximum; explicit values are checked against it."""
+    bundle_max = pair.bundle.max_draft_len if pair.bundle is not None else None
+    if args.max_draft_len is None:
+        args.max_draft_len = min(8, bundle_max or 8)
+    if args.draft_len is None:
+        drafter = pair.decoder.drafter
+        args.draft_len = "auto" if drafter is None or drafter.has_head else min(4, args.max_draft_len)
+    if pair.bundle is not None:
+        pair.bundle.check_draft_len(longest_draft(args))
+
+
+def lookup_options(args):
+    from .pair import LookupOptions
+
+    return LookupOptions(profile=args.profile, use_history=not args.no_history, max_tokens=args.history_tokens,
+                         reset=args.reset_adaptation)
 
 
 def sampling_options(args) -> dict:
@@ -112,6 +141,12 @@ def sampling_options(args) -> dict:
 
 def longest_draft(args) -> int:
     return args.draft_len if isinstance(args.draft_len, int) else args.max_draft_len
+
+
+def proposal_summary(stats: dict) -> str:
+    """'lookup 12/15, drafter 3/8' : accepted/proposed tokens per proposer."""
+    parts = [f"{source} {c['accepted']}/{c['proposed']}" for source, c in stats.get("proposals", {}).items()]
+    return ", ".join(parts) or "none"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -414,6 +449,10 @@ def cmd_generate(args) -> int:
         "vocab_intersection": s["vocab_intersection"],
         "drafter_calls": s["drafter_calls"],
         "adaptation": s.get("adaptation"),
+        "proposer": None if args.no_speculation else args.proposer,
+        "proposals": s["proposals"],
+        "lookup": s["lookup"],
+        "hybrid": s["hybrid"],
     }
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
@@ -423,7 +462,7 @@ def cmd_generate(args) -> int:
         print(
             f"[{mode}] {s['new_tokens']} tokens in {s['decode_s']:.2f}s ({s['tokens_per_s']:.2f} tok/s), "
             f"{s['tokens_per_target_call']:.2f} tokens/target call, acceptance {s['acceptance_rate']:.2f} "
-            f"({s['accepted']}/{s['drafted']}), n-gram hits {s['ngram_cache_hits']}, "
+            f"(accepted/proposed: {proposal_summary(s)}), n-gram hits {s['ngram_cache_hits']}, "
             f"stop: {result.stop_reason}, threads {report['threads']}",
             file=sys.stderr,
         )
@@ -466,22 +505,25 @@ def _open_pair(args, speculative: bool = True, use_ngram_cache: bool = True, ada
 
     if adapt:
         check_profile(args.profile)
+    if adapt and args.proposer == "lookup":
+        raise OmniDraftError("adaptation trains the drafter: use --proposer hybrid or drafter")
+    proposers = dict(proposer=args.proposer, lookup=lookup_options(args))
     if args.backend == "eager":
         if args.bundle is not None:
             raise OmniDraftError("--bundle runs on --backend executorch or onnxruntime, not eager")
         pair = build_eager_pair(args.target, args.drafter, speculative=speculative, max_context=args.max_context,
-                                use_ngram_cache=use_ngram_cache)
+                                use_ngram_cache=use_ngram_cache, **proposers)
     else:
         if args.bundle is None:
             raise OmniDraftError(f"--backend {args.backend} needs --bundle DIR (make one with `omnidraft export`)")
         if args.target or args.drafter:
             raise OmniDraftError("--target/--drafter do not apply to a bundle: its models are fixed at export")
         pair = build_bundle_pair(args.bundle, args.backend, speculative=speculative, threads=args.threads,
-                                 use_ngram_cache=use_ngram_cache, lora_drafter=adapt)
-        pair.bundle.check_draft_len(longest_draft(args))
+                                 use_ngram_cache=use_ngram_cache, lora_drafter=adapt, **proposers)
+    resolve_draft_len(args, pair)
     if adapt:
         pair.adapter_path = attach_adapter(pair, adapt_config(args), args.profile, args.reset_adaptation)
-    if speculative and args.draft_len == "auto":
+    if speculative and args.draft_len == "auto" and pair.decoder.drafter is not None:
         attach_predictor(pair, PredictorConfig(schedule=args.predictor_updates), args.profile,
                          args.reset_adaptation)
     return pair

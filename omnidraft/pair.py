@@ -15,9 +15,15 @@ from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer,
 from .progress import log
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
 from .runtime.decoding import SpeculativeDecoder
+from .runtime.drafting import DraftModel
+from .runtime.hybrid import Hybrid
 from .runtime.ngram_cache import CacheFileError, NGramCache, load_or_fresh
 from .runtime.runner import EagerRunner
 from .runtime.vocab import Vocab
+
+# Who proposes tokens: the drafter and lookup under the hybrid policy (the default),
+# the drafter alone, or lookup alone (no drafter model is loaded).
+PROPOSERS = ("hybrid", "drafter", "lookup")
 
 # Gemma 3's turn format, for Gemma checkpoints whose tokenizer ships no chat template
 # (the GGUF of the base 270M model has none).
@@ -43,6 +49,7 @@ class Pair:
     bundle: object = None  # the loaded Bundle when running exported graphs
     adapter_path: Path | None = None  # where the drafter's adapter is saved, once one is attached
     predictor_path: Path | None = None  # where the acceptance head is saved, once it learns online
+    history_path: Path | None = None  # where the lookup history is saved, once lookup is on
 
     def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
         if not text.strip():
@@ -69,13 +76,21 @@ class Pair:
         return eos_ids(self.target_vocab.tokenizer, chat)
 
     def save_cache(self) -> None:
-        """Save what the pair learned online (n-gram cache, acceptance head); warn, never fail."""
+        """Save what the pair learned online (n-gram cache, acceptance head, lookup history); warn, never fail."""
+        from .lookup_history import save_lookup
+
+        lookup = self.decoder.lookup
+        tv = self.target_vocab
         for what, state, path in (("n-gram cache", self.decoder.ngram_cache, self.cache_path),
-                                  ("acceptance head", self.decoder.predictor, self.predictor_path)):
+                                  ("acceptance head", self.decoder.predictor, self.predictor_path),
+                                  ("lookup history", lookup, self.history_path)):
             if state is None or path is None:
                 continue
             try:
-                state.save(path)
+                if state is lookup:
+                    save_lookup(path, lookup, tv.fingerprint, len(tv), log)
+                else:
+                    state.save(path)
             except OSError as e:
                 log(f"[omnidraft] warning: could not save the {what} to {path}: {e.strerror or e}")
 
@@ -111,14 +126,14 @@ def attach_adapter(pair: Pair, config, profile: str = "default", reset: bool = F
 
 def attach_predictor(pair: Pair, config=None, profile: str = "default", reset: bool = False) -> Path:
     """Make the drafter's acceptance head learn online (for --draft-len auto); saved next to the adapters."""
-    from .adaptation.online import set_aside
+    from .state import set_aside
     from .adaptation.predictor import AcceptancePredictor
 
     dec = pair.decoder
     if dec.drafter is None or not dec.drafter.has_head:
         raise OmniDraftError(NO_HEAD)
     check_profile(profile)
-    dec.predictor = AcceptancePredictor(dec.drafter.head, config)
+    dec.drafting.predictor = AcceptancePredictor(dec.drafter.head, config)
     path = omnidraft_home() / "adapters" / f"{pair.drafter_name}--{pair.target_name}--{dec.bridge.pair_id}--{profile}.head.npz"
     pair.predictor_path = path
     if path.exists() and reset:
@@ -166,21 +181,58 @@ def _training_section(bundle, backend: str) -> dict:
     return training
 
 
-def _attach_cache(decoder, drafter_name, target_name, use_ngram_cache, size, seed_file=None):
-    """The pair's n-gram cache from $OMNIDRAFT_HOME (seeded from a bundle's copy if absent)."""
-    if not (use_ngram_cache and decoder.cross_vocab):
-        return None
-    pair_id = decoder.bridge.pair_id
+def _open_cache(bridge, drafter_name, target_name, use_ngram_cache, size, seed_file=None):
+    """The pair's n-gram cache and its path in $OMNIDRAFT_HOME (seeded from a bundle's copy if absent)."""
+    if not use_ngram_cache or bridge.identity:
+        return None, None
+    pair_id = bridge.pair_id
     path = omnidraft_home() / "ngram" / f"{drafter_name}--{target_name}--{pair_id}.json"
     if path.exists() or seed_file is None:
-        decoder.ngram_cache = load_or_fresh(path, pair_id, size, warn=log)
-        return path
+        return load_or_fresh(path, pair_id, size, warn=log), path
     try:  # first run of a bundle: start from the cache it shipped with (never modify the bundle)
-        decoder.ngram_cache = NGramCache.load(seed_file, pair_id, size)
+        return NGramCache.load(seed_file, pair_id, size), path
     except CacheFileError as e:
         log(f"[omnidraft] warning: the bundle's n-gram cache is {e}; starting a fresh cache")
-        decoder.ngram_cache = NGramCache(pair_id, size)
-    return path
+        return NGramCache(pair_id, size), path
+
+
+@dataclass
+class LookupOptions:
+    """Lookup's history: per (target, profile) in $OMNIDRAFT_HOME/history, or none (context only)."""
+
+    profile: str = "default"
+    use_history: bool = True
+    max_tokens: int = 1_000_000
+    reset: bool = False
+
+
+def _open_lookup(target_name: str, target_vocab: Vocab, options: LookupOptions):
+    from .lookup_history import history_path, open_lookup
+
+    path = None
+    if options.use_history:
+        check_profile(options.profile)
+        path = history_path(target_name, target_vocab.fingerprint, options.profile)
+    lookup = open_lookup(path, target_vocab.fingerprint, len(target_vocab), options.max_tokens, log, options.reset)
+    return lookup, path
+
+
+def _assemble(target, target_vocab, target_name, proposer: str, lookup_options, drafter=None, draft_vocab=None,
+              drafter_name=None, use_ngram_cache=True, cache_size=20_000, seed_file=None, bundle=None) -> Pair:
+    """The decoder for `proposer` ("hybrid", "drafter" or "lookup") over ready runners."""
+    if proposer not in PROPOSERS:
+        raise OmniDraftError(f"proposer {proposer!r}: choose from {', '.join(PROPOSERS)}")
+    drafting, cache_path, lookup, history = None, None, None, None
+    if drafter is not None:
+        drafting = DraftModel.between(target, target_vocab, drafter, draft_vocab)
+        drafting.ngram_cache, cache_path = _open_cache(drafting.bridge, drafter_name, target_name, use_ngram_cache,
+                                                       cache_size, seed_file)
+    padded = target_vocab.padded(target.vocab_size)
+    if proposer in ("hybrid", "lookup"):
+        lookup, history = _open_lookup(target_name, padded, lookup_options or LookupOptions())
+    chosen = drafting if proposer == "drafter" else Hybrid(lookup, drafting)
+    decoder = SpeculativeDecoder(target, target_vocab, chosen)
+    return Pair(decoder, target_name, drafter_name, decoder.target_vocab, cache_path, bundle, history_path=history)
 
 
 def build_eager_pair(
@@ -190,27 +242,29 @@ def build_eager_pair(
     max_context: int = 512,
     use_ngram_cache: bool = True,
     ngram_cache_size: int = 20_000,
+    proposer: str = "drafter",
+    lookup: LookupOptions | None = None,
 ) -> Pair:
     """Load models from checkpoint folders (or the prepared defaults) on the eager backend."""
     if max_context < 2:
         raise OmniDraftError("max context must be at least 2")
     target_path = resolve_model_path(target, DEFAULT_TARGET)
+    drafter_path = resolve_model_path(drafter, DEFAULT_DRAFTER) if speculative and proposer != "lookup" else None
     target_vocab = Vocab.from_tokenizer(load_tokenizer(target_path))
     target_runner = EagerRunner(load_model(target_path), max_context, name="target")
     if not speculative:
         decoder = SpeculativeDecoder(target_runner, target_vocab)
         return Pair(decoder, target_path.name, None, decoder.target_vocab, None)
-
-    drafter_path = resolve_model_path(drafter, DEFAULT_DRAFTER)
-    draft_vocab = Vocab.from_tokenizer(load_tokenizer(drafter_path))
-    # Draft tokens can be shorter than target tokens: give the drafter twice the room.
-    drafter_model = load_model(drafter_path)
-    apply_draft_head(drafter_model, drafter_path)
-    drafter_runner = EagerRunner(drafter_model, 2 * max_context, name="drafter")
-    drafter_runner.head = AcceptanceHead.initial(n_features(drafter_runner.model.config))
-    decoder = SpeculativeDecoder(target_runner, target_vocab, drafter_runner, draft_vocab)
-    cache_path = _attach_cache(decoder, drafter_path.name, target_path.name, use_ngram_cache, ngram_cache_size)
-    return Pair(decoder, target_path.name, drafter_path.name, decoder.target_vocab, cache_path)
+    drafter_runner = draft_vocab = None
+    if drafter_path is not None:
+        draft_vocab = Vocab.from_tokenizer(load_tokenizer(drafter_path))
+        drafter_model = load_model(drafter_path)
+        apply_draft_head(drafter_model, drafter_path)
+        # Draft tokens can be shorter than target tokens: give the drafter twice the room.
+        drafter_runner = EagerRunner(drafter_model, 2 * max_context, name="drafter")
+        drafter_runner.head = AcceptanceHead.initial(n_features(drafter_runner.model.config))
+    return _assemble(target_runner, target_vocab, target_path.name, proposer, lookup, drafter_runner, draft_vocab,
+                     drafter_path.name if drafter_path else None, use_ngram_cache, ngram_cache_size)
 
 
 def open_runner(bundle, role: str, backend: str, threads: int | None, graph: str | None = None):
@@ -239,6 +293,8 @@ def build_bundle_pair(
     verify_hashes: bool = True,
     lora_drafter: bool = False,
     drafter_backend: str | None = None,
+    proposer: str = "drafter",
+    lookup: LookupOptions | None = None,
 ) -> Pair:
     """Load an exported bundle (validated) and run it on onnxruntime or ExecuTorch.
 
@@ -250,8 +306,9 @@ def build_bundle_pair(
     from .bundle import check_tokenizer, load_bundle
 
     bundle = load_bundle(bundle_dir, verify_hashes=verify_hashes)
+    with_drafter = speculative and proposer != "lookup"
     vocabs = {}
-    for role in ("target", "drafter") if speculative else ("target",):
+    for role in ("target", "drafter") if with_drafter else ("target",):
         vocabs[role] = Vocab.from_tokenizer(load_tokenizer(bundle.tokenizer_dir(role)))
         check_tokenizer(bundle, role, vocabs[role])
     target = open_runner(bundle, "target", backend, threads)
@@ -259,6 +316,8 @@ def build_bundle_pair(
     if not speculative:
         decoder = SpeculativeDecoder(target, vocabs["target"])
         return Pair(decoder, names["target"], None, decoder.target_vocab, None, bundle)
+    if not with_drafter:
+        return _assemble(target, vocabs["target"], names["target"], proposer, lookup, bundle=bundle)
     drafter_backend = drafter_backend or backend
     if lora_drafter:
         import torch
@@ -269,7 +328,6 @@ def build_bundle_pair(
         drafter.extra_inputs = [torch.zeros(shape) for _name, shape in training["lora_inputs"]]
     else:
         drafter = open_runner(bundle, "drafter", drafter_backend, threads)
-    decoder = SpeculativeDecoder(target, vocabs["target"], drafter, vocabs["drafter"])
     seed = bundle.root / bundle.manifest["ngram_cache"] if bundle.manifest.get("ngram_cache") else None
-    cache_path = _attach_cache(decoder, names["drafter"], names["target"], use_ngram_cache, ngram_cache_size, seed)
-    return Pair(decoder, names["target"], names["drafter"], decoder.target_vocab, cache_path, bundle)
+    return _assemble(target, vocabs["target"], names["target"], proposer, lookup, drafter, vocabs["drafter"],
+                     names["drafter"], use_ngram_cache, ngram_cache_size, seed, bundle)

@@ -37,14 +37,16 @@ class Simulator:
     through the bundle's ExecuTorch training program, so the drafter runs its LoRA graph
     (drafter_lora.pte) on ExecuTorch while the target stays on onnxruntime."""
 
-    def __init__(self, bundle_dir, threads: int | None = None, use_ngram_cache: bool = True, adapt: bool = False):
+    def __init__(self, bundle_dir, threads: int | None = None, use_ngram_cache: bool = True, adapt: bool = False,
+                 proposer: str = "hybrid", lookup=None):
         from .bundle import load_bundle
         from .pair import build_bundle_pair
 
         if adapt and not load_bundle(bundle_dir, verify_hashes=False).manifest.get("training"):
             raise OmniDraftError("--adapt needs a bundle exported --with-training (its LoRA training program)")
         self.pair = build_bundle_pair(bundle_dir, "onnxruntime", threads=threads, use_ngram_cache=use_ngram_cache,
-                                      lora_drafter=adapt, drafter_backend="executorch" if adapt else None)
+                                      lora_drafter=adapt, drafter_backend="executorch" if adapt else None,
+                                      proposer=proposer, lookup=lookup)
         self.turns: list[dict] = []
         self.rss_after_load = rss_mb()
         self.started = time.perf_counter()
@@ -80,9 +82,12 @@ class Simulator:
         cache = self.pair.decoder.ngram_cache
         adapted = turn.get("adaptation")
         lora = f" | LoRA updates {adapted['updates']} ({adapted['rollbacks']} rolled back)" if adapted else ""
+        from .cli import proposal_summary
+
         return (
             f"[{turn['tokens_per_s']:.1f} tok/s | {turn['tokens_per_target_call']:.2f} tok/call | "
-            f"acceptance {turn['acceptance_rate']:.2f} | n-gram cache {len(cache) if cache else 0}{lora} | "
+            f"acceptance {turn['acceptance_rate']:.2f} ({proposal_summary(turn)}) | "
+            f"n-gram cache {len(cache) if cache else 0}{lora} | "
             f"RSS {turn['rss_mb']:.0f} MB (peak {turn['peak_rss_mb']:.0f})]"
         )
 
@@ -94,7 +99,7 @@ class Simulator:
             "target": self.pair.target_name,
             "drafter": self.pair.drafter_name,
             "backend": "onnxruntime",
-            "drafter_backend": self.pair.decoder.drafter.backend,
+            "drafter_backend": self.pair.decoder.drafter.backend if self.pair.decoder.drafter else None,
             "adapter": str(self.pair.adapter_path) if self.pair.adapter_path else None,
             "rss_after_load_mb": self.rss_after_load,
             "rss_steady_mb": rss_mb(),
@@ -135,15 +140,18 @@ def _plots(turns: list[dict], out_dir: Path) -> None:
 
 def run(args) -> int:
     from .adaptation.predictor import PredictorConfig
-    from .cli import adapt_config, draft_options, longest_draft, sampling_options
+    from .cli import adapt_config, draft_options, lookup_options, resolve_draft_len, sampling_options
     from .pair import attach_adapter, attach_predictor, check_profile
 
     check_profile(args.profile)
-    sim = Simulator(args.bundle, threads=args.threads, adapt=args.adapt)
-    sim.pair.bundle.check_draft_len(longest_draft(args))
+    if args.adapt and args.proposer == "lookup":
+        raise OmniDraftError("adaptation trains the drafter: use --proposer hybrid or drafter")
+    sim = Simulator(args.bundle, threads=args.threads, adapt=args.adapt, proposer=args.proposer,
+                    lookup=lookup_options(args))
+    resolve_draft_len(args, sim.pair)
     if args.adapt:
         sim.pair.adapter_path = attach_adapter(sim.pair, adapt_config(args), args.profile, args.reset_adaptation)
-    if args.draft_len == "auto":
+    if args.draft_len == "auto" and sim.pair.decoder.drafter is not None:
         attach_predictor(sim.pair, PredictorConfig(schedule=args.predictor_updates), args.profile,
                          args.reset_adaptation)
     chat = args.chat or args.prompt is None

@@ -144,8 +144,7 @@ def letters_cross_pair(target_table: np.ndarray, draft_table: np.ndarray):
 
     target_vocab = letters_vocab(["A", "B", "C", "AB"], [("A", "B")])
     draft_vocab = letters_vocab(["A", "B", "C", "BC"], [("B", "C")])
-    dec = SpeculativeDecoder(bigram_runner(target_table), target_vocab, bigram_runner(draft_table), draft_vocab)
-    dec.ngram_cache = NGramCache(dec.bridge.pair_id)
+    dec = SpeculativeDecoder.with_drafter(bigram_runner(target_table), target_vocab, bigram_runner(draft_table), draft_vocab, ngram_cache=True)
     return dec
 
 

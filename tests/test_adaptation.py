@@ -16,6 +16,7 @@ from omnidraft.adaptation.lora import LoRAConfig, LoRALinear, add_lora, lora_par
 from omnidraft.adaptation.loss import Batch, batch_loss, greedy_acceptance, hybrid_loss
 from omnidraft.adaptation.online import AdaptConfig, OnlineAdapter, attach
 from omnidraft.runtime.bridge import VocabBridge
+from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.ngram_cache import NGramCache
 from omnidraft.runtime.runner import EagerRunner
@@ -161,9 +162,10 @@ def test_adapting_never_changes_greedy_output(tiny_target_model, drafter_path, t
     ids = target_vocab.tokenizer.encode(PROMPT)
     want = SpeculativeDecoder(target, target_vocab).generate(ids, GenerationConfig(max_new_tokens=20, speculative=False))
     drafter = EagerRunner(tiny_model(drafter_path, seed=2), 512)
-    dec = SpeculativeDecoder(target, target_vocab, drafter, draft_vocab, NGramCache("x"))
+    drafting = DraftModel.between(target, target_vocab, drafter, draft_vocab, NGramCache("x"))
     path = tmp_path / "adapter.pt"
-    dec.adapter = attach(drafter.model, dec.bridge, AdaptConfig(every=1, lr=1e-2, guard=False), path, {}, False, print)
+    adapter = attach(drafter.model, drafting.bridge, AdaptConfig(every=1, lr=1e-2, guard=False), path, {}, False, print)
+    dec = SpeculativeDecoder(target, target_vocab, drafting, adapter)
     for i in range(3):
         got = dec.generate(ids, GenerationConfig(max_new_tokens=20, draft_len=3))
         assert got.token_ids == want.token_ids

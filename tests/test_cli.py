@@ -118,7 +118,7 @@ def test_corrupt_cache_is_set_aside(tmp_path, tiny_checkpoints):
     cache_file.write_bytes(b"\x00garbage")
     proc = run(*args, home=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "started a fresh cache" in proc.stderr
+    assert "[omnidraft] warning: n-gram cache" in proc.stderr and "starting a fresh cache" in proc.stderr
     assert list((tmp_path / "ngram").glob("*.bad-*"))
     json.loads(cache_file.read_text())  # a fresh, valid cache was written back
 

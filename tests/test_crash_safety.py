@@ -119,8 +119,7 @@ def test_unwritable_state_folder_still_generates(tmp_path, monkeypatch, tiny_tar
     from omnidraft.pair import Pair
     from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 
-    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
-    dec.ngram_cache = NGramCache(dec.bridge.pair_id)
+    dec = SpeculativeDecoder.with_drafter(tiny_target, target_vocab, tiny_drafter, draft_vocab, ngram_cache=True)
     blocker = tmp_path / "state"
     blocker.write_text("a file where the state folder should be")  # fails even for root
     pair = Pair(dec, "t", "d", dec.target_vocab, blocker / "ngram" / "cache.json")

@@ -34,8 +34,7 @@ def baseline(target, vocab, ids, n):
 def test_greedy_cross_vocab_equals_target_only(prompt, draft_len, tiny_target, tiny_drafter, target_vocab, draft_vocab):
     ids = target_vocab.tokenizer.encode(prompt)
     want = baseline(tiny_target, target_vocab, ids, 24)
-    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
-    dec.ngram_cache = NGramCache(dec.bridge.pair_id)
+    dec = SpeculativeDecoder.with_drafter(tiny_target, target_vocab, tiny_drafter, draft_vocab, ngram_cache=True)
     for strict in (False, False, True):  # the second run proposes through what the cache learned in the first
         got = dec.generate(ids, GenerationConfig(max_new_tokens=24, draft_len=draft_len, strict_sampling=strict))
         assert got.token_ids == want.token_ids
@@ -52,7 +51,7 @@ def test_greedy_same_vocab_equals_target_only(prompt, drafter_path, draft_vocab)
     other = EagerRunner(tiny_model(drafter_path, seed=4), 128)
     twin = EagerRunner(tiny_model(drafter_path, seed=3), 128)  # the target's own weights
     for drafter, full in ((other, False), (twin, True)):
-        dec = SpeculativeDecoder(target, draft_vocab, drafter, draft_vocab)
+        dec = SpeculativeDecoder.with_drafter(target, draft_vocab, drafter, draft_vocab)
         assert not dec.cross_vocab
         got = dec.generate(ids, GenerationConfig(max_new_tokens=20, draft_len=4))
         assert got.token_ids == want.token_ids
@@ -64,7 +63,7 @@ def test_greedy_same_vocab_equals_target_only(prompt, drafter_path, draft_vocab)
 def test_stop_conditions(tiny_target, tiny_drafter, target_vocab, draft_vocab):
     ids = target_vocab.tokenizer.encode(PROMPTS[0])
     full = baseline(tiny_target, target_vocab, ids, 30)
-    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    dec = SpeculativeDecoder.with_drafter(tiny_target, target_vocab, tiny_drafter, draft_vocab)
     eos = full.token_ids[10]
     got = dec.generate(ids, GenerationConfig(max_new_tokens=30, eos_ids=frozenset({eos})))
     assert got.stop_reason == "eos" and got.token_ids == full.token_ids[: full.token_ids.index(eos)]
@@ -80,7 +79,7 @@ def test_stop_conditions(tiny_target, tiny_drafter, target_vocab, draft_vocab):
 def test_context_window(tiny_target_model, tiny_drafter, target_vocab, draft_vocab):
     target = EagerRunner(tiny_target_model, 24)
     ids = target_vocab.tokenizer.encode(PROMPTS[0])
-    dec = SpeculativeDecoder(target, target_vocab, tiny_drafter, draft_vocab)
+    dec = SpeculativeDecoder.with_drafter(target, target_vocab, tiny_drafter, draft_vocab)
     got = dec.generate(ids, GenerationConfig(max_new_tokens=100))
     assert got.stop_reason == "context_full" and len(ids) + len(got.token_ids) == 25
     assert got.token_ids == baseline(target, target_vocab, ids, 100).token_ids
@@ -95,7 +94,7 @@ def test_context_window(tiny_target_model, tiny_drafter, target_vocab, draft_voc
 def test_streaming_pieces_add_up_to_the_text(tiny_target, tiny_drafter, target_vocab, draft_vocab):
     ids = target_vocab.tokenizer.encode(PROMPTS[1])
     pieces = []
-    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    dec = SpeculativeDecoder.with_drafter(tiny_target, target_vocab, tiny_drafter, draft_vocab)
     got = dec.generate(ids, GenerationConfig(max_new_tokens=30), on_text=pieces.append)
     assert "".join(pieces) == got.text and len(pieces) > 1
 
@@ -107,7 +106,7 @@ def test_sampling_same_vocab_reproduces_target_distribution():
     target_table = rng.normal(0, 1.5, size=(v, v))
     draft_table = target_table + rng.normal(0, 1.5, size=(v, v))  # a related but wrong drafter
     vocab = byte_vocab(v)
-    dec = SpeculativeDecoder(bigram_runner(target_table), vocab, bigram_runner(draft_table), vocab)
+    dec = SpeculativeDecoder.with_drafter(bigram_runner(target_table), vocab, bigram_runner(draft_table), vocab)
     counts, totals = sample_law(dec, [0], n, runs, draft_len=2)
     assert chi_square_p(counts, exact_distribution(target_table, 0, n), runs) > 1e-3
     assert 0.2 < totals["acceptance"] < 0.95  # both the accept and the residual paths were exercised
@@ -133,7 +132,7 @@ def test_strict_sampling_cross_vocab_reproduces_target_distribution():
 
 def test_prefix_reuse_across_calls_is_exact(tiny_target, tiny_drafter, target_vocab, draft_vocab):
     """A follow-up prompt that extends the last sequence reuses the caches and stays exact."""
-    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    dec = SpeculativeDecoder.with_drafter(tiny_target, target_vocab, tiny_drafter, draft_vocab)
     ids = target_vocab.tokenizer.encode(PROMPTS[2])
     first = dec.generate(ids, GenerationConfig(max_new_tokens=10))
     follow = ids + first.token_ids + target_vocab.tokenizer.encode(" and then", add_special_tokens=False)

@@ -80,7 +80,7 @@ def test_drafts_come_from_the_head_and_decoding_stays_exact(tiny_checkpoints):
     base = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=24, speculative=False))
     got = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=24, draft_len=4))
     assert got.token_ids == base.token_ids and got.stats["drafted"] > 0
-    logits = drafter.forward(pair.decoder.draft_prompt(ids), 0, 4)
+    logits = drafter.forward(pair.decoder.bridge.draft_prompt(ids), 0, 4)
     assert set(np.flatnonzero(np.isfinite(logits).all(0))) == allowed
     # sampling from those logits never leaves the head
     rng = np.random.default_rng(0)

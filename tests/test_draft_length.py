@@ -8,6 +8,7 @@ from omnidraft.adaptation.predictor import AcceptancePredictor, PredictorConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.runtime.acceptance import N_CONFIDENCE, AcceptanceHead, draft_labels, n_features
 from omnidraft.runtime.bridge import DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST, Proposal
+from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.draft_length import DraftLength
 from omnidraft.runtime.ngram_cache import NGramCache
@@ -122,9 +123,9 @@ def test_greedy_output_is_exact_with_adaptive_draft_length(policy, tiny_target, 
     ids = target_vocab.tokenizer.encode("Once upon a time, the café served 中文 tea to")
     want = SpeculativeDecoder(tiny_target, target_vocab).generate(ids, GenerationConfig(max_new_tokens=24,
                                                                                          speculative=False))
-    dec = SpeculativeDecoder(tiny_target, target_vocab, _eager_drafter(tiny_drafter), draft_vocab)
-    dec.ngram_cache = NGramCache(dec.bridge.pair_id)
-    dec.predictor = AcceptancePredictor(tiny_drafter.head)
+    drafter = _eager_drafter(tiny_drafter)
+    dec = SpeculativeDecoder.with_drafter(tiny_target, target_vocab, drafter, draft_vocab, ngram_cache=True,
+                                          predictor=AcceptancePredictor(drafter.head))
     mean_len = {}
     for gamma in (0.2, 0.9):
         got = dec.generate(ids, GenerationConfig(max_new_tokens=24, draft_policy=policy, max_draft_len=6, gamma=gamma))
@@ -138,7 +139,7 @@ def test_greedy_output_is_exact_with_adaptive_draft_length(policy, tiny_target, 
 
 def test_auto_needs_a_head(tiny_target, tiny_drafter, target_vocab, draft_vocab):
     tiny_drafter.head = None
-    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    dec = SpeculativeDecoder.with_drafter(tiny_target, target_vocab, tiny_drafter, draft_vocab)
     with pytest.raises(OmniDraftError, match="acceptance head"):
         dec.generate(target_vocab.tokenizer.encode("hello"), GenerationConfig(draft_policy="auto"))
 
@@ -148,8 +149,8 @@ def test_same_vocab_auto_with_a_perfect_drafter_drafts_to_the_cap(drafter_path, 
     target = EagerRunner(tiny_model(drafter_path, seed=3), 160)
     twin = EagerRunner(tiny_model(drafter_path, seed=3), 160)
     twin.head = AcceptanceHead.initial(n_features(twin.model.config))
-    dec = SpeculativeDecoder(target, draft_vocab, twin, draft_vocab)
-    dec.predictor = AcceptancePredictor(twin.head, PredictorConfig(epochs=100))
+    dec = SpeculativeDecoder.with_drafter(target, draft_vocab, twin, draft_vocab,
+                                          predictor=AcceptancePredictor(twin.head, PredictorConfig(epochs=100)))
     ids = draft_vocab.tokenizer.encode("User: how are you?\nAssistant:")
     config = GenerationConfig(max_new_tokens=30, draft_policy="auto", max_draft_len=5, gamma=0.3)
     runs = [dec.generate(ids, config) for _ in range(3)]
@@ -164,9 +165,11 @@ def test_with_lora_schedule_trains_the_head_only_with_the_drafter(tiny_target, t
                                                                   draft_vocab):
     from omnidraft.adaptation.online import AdaptConfig, OnlineAdapter
 
-    dec = SpeculativeDecoder(tiny_target, target_vocab, _eager_drafter(tiny_drafter), draft_vocab)
-    dec.adapter = OnlineAdapter(tiny_drafter.model, dec.bridge, AdaptConfig(every=2, guard=False))
-    dec.predictor = AcceptancePredictor(tiny_drafter.head, PredictorConfig(schedule="with-lora"))
+    drafter = _eager_drafter(tiny_drafter)
+    drafting = DraftModel.between(tiny_target, target_vocab, drafter, draft_vocab,
+                                  predictor=AcceptancePredictor(drafter.head, PredictorConfig(schedule="with-lora")))
+    adapter = OnlineAdapter(drafter.model, drafting.bridge, AdaptConfig(every=2, guard=False))
+    dec = SpeculativeDecoder(tiny_target, target_vocab, drafting, adapter)
     config = GenerationConfig(max_new_tokens=12, draft_policy="auto", max_draft_len=4)
     counts = []
     for text in ("def add(a, b):", "Once upon a time", "User: hi", "import os"):

@@ -102,7 +102,7 @@ def test_greedy_speculative_equals_target_only_on_backend(bundle_dir, backend):
     assert got.token_ids == base.token_ids
     assert pair.decoder.target.backend == backend and got.stats["drafted"] > 0
     # adaptive draft length through the graph's own head, which learns between the two runs
-    pair.decoder.predictor = AcceptancePredictor(pair.decoder.drafter.head)
+    pair.decoder.drafting.predictor = AcceptancePredictor(pair.decoder.drafter.head)
     for _ in range(2):
         got = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=20, draft_policy="auto",
                                                           max_draft_len=MAX_DRAFT))
@@ -200,8 +200,8 @@ def test_cli_generate_on_bundle(bundle_dir, tmp_path, backend):
         (["generate", "--backend", "onnxruntime", "--bundle", "/no/bundle", "--prompt", "x"], "bundle folder not found"),
         (["generate", "--backend", "executorch", "--bundle", "BUNDLE", "--prompt", "x", "--draft-len", "5"],
          "exceeds the bundle's exported maximum of 4"),
-        (["generate", "--backend", "onnxruntime", "--bundle", "BUNDLE", "--prompt", "x", "--draft-len", "auto"],
-         "exceeds the bundle's exported maximum of 4"),  # auto's default cap is 8
+        (["generate", "--backend", "onnxruntime", "--bundle", "BUNDLE", "--prompt", "x", "--draft-len", "auto",
+          "--max-draft-len", "8"], "exceeds the bundle's exported maximum of 4"),  # the default cap fits the bundle
         (["generate", "--backend", "executorch", "--bundle", "BUNDLE", "--prompt", "x", "--target", "/x"],
          "do not apply to a bundle"),
         (["export", "--format", "onnx", "--quant", "8da4w", "--out", "OUT"], "not available for onnx"),

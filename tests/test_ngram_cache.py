@@ -124,5 +124,5 @@ def test_bad_cache_file_is_set_aside(tmp_path, content, why):
     warnings = []
     cache = load_or_fresh(path, "pair", 100, warn=warnings.append)
     assert len(cache) == 0 and not path.exists()
-    assert len(warnings) == 1 and "started a fresh cache" in warnings[0]
+    assert len(warnings) == 1 and warnings[0].startswith("[omnidraft] warning: ") and "starting a fresh cache" in warnings[0]
     assert len(list(tmp_path.glob("c.json.bad-*"))) == 1

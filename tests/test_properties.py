@@ -98,8 +98,7 @@ def test_greedy_output_equals_target_only_for_any_text(text, k, tiny_target, tin
 
     ids = target_vocab.tokenizer.encode(text)
     want = SpeculativeDecoder(tiny_target, target_vocab).generate(ids, GenerationConfig(10, speculative=False))
-    dec = SpeculativeDecoder(tiny_target, target_vocab, tiny_drafter, draft_vocab)
-    dec.ngram_cache = NGramCache(dec.bridge.pair_id)
+    dec = SpeculativeDecoder.with_drafter(tiny_target, target_vocab, tiny_drafter, draft_vocab, ngram_cache=True)
     for _ in range(2):  # the second run proposes through what the cache learned
         got = dec.generate(ids, GenerationConfig(10, draft_len=k))
         assert got.token_ids == want.token_ids

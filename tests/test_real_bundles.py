@@ -35,7 +35,7 @@ def test_real_bundle_matches_eager_and_is_greedy_exact(eager, backend):
     ids = pair.encode_prompt(text)[:64]
     for role in ("target", "drafter"):
         runner, ref = getattr(pair.decoder, role), getattr(eager.decoder, role)
-        seq = ids if role == "target" else pair.decoder.draft_prompt(ids)[:64]
+        seq = ids if role == "target" else pair.decoder.bridge.draft_prompt(ids)[:64]
         for r in (runner, ref):
             r.reset()
         steps = [(seq[:40], 0), (seq[40:41], 40), (seq[41:45], 41), (seq[45:54], 45)]  # prefill, k=1, 4, 9

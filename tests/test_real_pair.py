@@ -19,7 +19,7 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def pair():
     pair = build_eager_pair(use_ngram_cache=False)  # never touch the user's saved cache
-    pair.decoder.ngram_cache = NGramCache(pair.decoder.bridge.pair_id)
+    pair.decoder.drafting.ngram_cache = NGramCache(pair.decoder.bridge.pair_id)
     return pair
 
 

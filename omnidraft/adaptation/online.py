@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..atomic import write_bytes_atomic
+from ..state import set_aside
 from .examples import Example, ExampleBuilder, Mapping
 from .learners import EagerLearner
 from .lora import LoRAConfig
@@ -229,13 +230,3 @@ def attach(model, bridge, config: AdaptConfig, state_path: Path | None, meta: di
     else:
         warn(f"[omnidraft] resumed adapter {state_path.name} ({adapter.stats.updates} updates so far)")
     return adapter
-
-
-def set_aside(path: Path, tag: str, message: str, warn) -> None:
-    """Keep the old file under another name (nothing a user saved is ever deleted)."""
-    aside = path.with_name(f"{path.name}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}")
-    try:
-        os.replace(path, aside)
-        warn(f"[omnidraft] {message} (the old file is now {aside.name})")
-    except OSError as e:
-        warn(f"[omnidraft] {message} (could not move the old file aside: {e.strerror or e})")

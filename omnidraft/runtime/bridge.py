@@ -16,18 +16,24 @@ is plain, exactly lossless speculative decoding.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from .ngram_cache import NGramCache
 from .vocab import Vocab
 
-DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST = "direct", "ngram", "split", "split-rest"
+DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST, LOOKUP = "direct", "ngram", "split", "split-rest", "lookup"
 
 
 @dataclass
 class Proposal:
-    """Target tokens proposed for one round, with where each came from in the draft."""
+    """Target tokens proposed for one round, with where each came from.
+
+    Drafter proposals record where each token came from in the draft; a lookup
+    proposal is a point mass (q' = 1 on its token), which is also the default
+    distribution when `q_dist` is not set.
+    """
 
     target_ids: list[int] = field(default_factory=list)
     q: list[float] = field(default_factory=list)  # q'(t); 1.0 when sampling is off
@@ -35,9 +41,25 @@ class Proposal:
     draft_start: list[int] = field(default_factory=list)  # draft index whose distribution proposed it
     draft_end: list[int] = field(default_factory=list)  # draft tokens fully spelled once this is accepted
     first_draft_id: list[int] = field(default_factory=list)
+    source: str = ""  # who proposed it: "drafter" or "lookup"
+    q_dist: Callable[[int, int], np.ndarray] | None = None  # (j, target vocab) -> q' over the vocabulary
 
     def __len__(self) -> int:
         return len(self.target_ids)
+
+    @classmethod
+    def point_masses(cls, target_ids, source: str) -> "Proposal":
+        """Deterministic proposals (lookup): q' = 1 on each token."""
+        n = len(target_ids)
+        return cls([int(t) for t in target_ids], [1.0] * n, [LOOKUP] * n, [-1] * n, [-1] * n, [-1] * n, source)
+
+    def distribution(self, j: int, vocab: int) -> np.ndarray:
+        """q' over the target vocabulary at position j (for the residual of a rejection)."""
+        if self.q_dist is not None:
+            return self.q_dist(j, vocab)
+        q = np.zeros(vocab, dtype=np.float64)
+        q[self.target_ids[j]] = 1.0
+        return q
 
     def append(self, target_id, q, kind, start, end, first_draft_id) -> None:
         self.first_draft_id.append(int(first_draft_id))
@@ -140,6 +162,23 @@ class VocabBridge:
         return np.clip(q, 0.0, None)
 
     # -- target -> draft -----------------------------------------------------------
+    def draft_prompt(self, target_prompt: list[int]) -> list[int]:
+        """The drafter's view of the prompt: the same text, in draft tokens."""
+        if self.identity:
+            return list(target_prompt)
+        bos = {self.target.tokenizer.bos_token_id}
+        body = list(target_prompt)
+        while body and body[0] in bos:
+            body = body[1:]
+        prefix = self.draft.tokenizer.encode("", add_special_tokens=True)
+        return list(prefix) + self.spell(body)
+
+    def spell(self, target_ids) -> list[int]:
+        """Target tokens as draft tokens (the same bytes; bytes the drafter cannot spell are dropped)."""
+        if self.identity:
+            return [int(t) for t in target_ids]
+        return self.draft.encode_bytes(self.target.decode_bytes(target_ids), lenient=True)
+
     def resync(self, draft_ids, proposal: Proposal, n_accepted: int, next_token: int) -> tuple[int, list[int]]:
         """After a round: how many drafted tokens the drafter keeps, and what it appends.
 

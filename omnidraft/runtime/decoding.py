@@ -1,12 +1,13 @@
-"""The speculative decoding loop: tokens -> draft -> bridge -> verify -> accept -> cache.
+"""The speculative decoding loop: tokens -> propose -> verify -> accept -> learn.
 
-Each round the drafter proposes `draft_len` tokens in its own vocabulary, the
-bridge turns them into target tokens, the target scores all of them in one
-forward pass, and the accepted prefix plus one target token is committed. Both
-runners then roll their caches back to what was accepted, and the drafter is
-told the committed text in its own tokens. With no drafter the same loop is
-plain target-only autoregressive decoding (the baseline), through the same
-runner.
+Each round a proposer (proposers.py) offers target tokens: the drafter's draft
+through the vocabulary bridge, a lookup continuation from the context and the
+user's history, or, under the hybrid policy, whichever is expected to give the
+most tokens per second. The target scores the proposals in one forward pass, the
+accepted prefix plus one target token is committed, the target's cache is rolled
+back to what was accepted, and the proposer and the online adapter learn from the
+round. With no proposer the same loop is plain target-only autoregressive
+decoding (the baseline), through the same runner.
 
 The loop never looks inside a runner: eager, ExecuTorch and onnxruntime
 backends are interchangeable.
@@ -22,11 +23,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import OmniDraftError
-from .acceptance import NO_HEAD, draft_labels
-from .bridge import NGRAM, Proposal, VocabBridge
+from .acceptance import NO_HEAD
+from .bridge import Proposal, VocabBridge
 from .draft_length import DraftLength
-from .ngram_cache import NGramCache
-from .runner import ModelRunner
+from .drafting import DRAFTER, DraftModel
+from .proposers import Proposer, Round
+from .runner import ModelRunner, prefill
 from .sampling import Sampler
 from .verify import verify
 from .vocab import Vocab
@@ -69,139 +71,116 @@ class GenerationResult:
     stats: dict
 
 
-@dataclass
-class _Counters:
-    target_calls: int = 0
-    drafter_calls: int = 0
-    draft_tokens: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    ngram_hits: int = 0
-    ngram_accepted: int = 0
-    rounds_drafted: int = 0
-    accepted_lengths: Counter = field(default_factory=Counter)
-
-
 class SpeculativeDecoder:
-    """Generates with a target runner, optionally helped by a drafter runner."""
+    """Generates with a target runner, helped by a proposer; an adapter learns from every round."""
 
-    def __init__(
-        self,
-        target: ModelRunner,
-        target_vocab: Vocab,
-        drafter: ModelRunner | None = None,
-        draft_vocab: Vocab | None = None,
-        ngram_cache: NGramCache | None = None,
-    ):
+    def __init__(self, target: ModelRunner, target_vocab: Vocab, proposer: Proposer | None = None, adapter=None):
         self.target = target
         self.target_vocab = target_vocab.padded(target.vocab_size)
-        self.drafter = drafter
-        self.bridge = None
-        if drafter is not None:
-            self.bridge = VocabBridge(draft_vocab.padded(drafter.vocab_size), self.target_vocab)
-        self.ngram_cache = ngram_cache
-        self.adapter = None  # an OnlineAdapter: learns from every verified round
-        self.predictor = None  # an AcceptancePredictor: trains the drafter runner's acceptance head
-        self._length: tuple[tuple, DraftLength] | None = None  # kept across calls (the heuristic's state)
+        self.proposer = proposer
+        self.adapter = adapter  # an OnlineAdapter (trains the drafter), or None
+
+    @classmethod
+    def with_drafter(cls, target: ModelRunner, target_vocab: Vocab, drafter: ModelRunner, draft_vocab: Vocab,
+                     ngram_cache=False, predictor=None) -> "SpeculativeDecoder":
+        """A decoder whose drafter proposes every round (ngram_cache=True: a fresh cache for the pair)."""
+        return cls(target, target_vocab, DraftModel.between(target, target_vocab, drafter, draft_vocab,
+                                                            ngram_cache, predictor))
+
+    @property
+    def drafting(self) -> DraftModel | None:
+        """The drafter proposer, alone or inside the hybrid."""
+        p = self.proposer
+        return p if isinstance(p, DraftModel) else getattr(p, "drafting", None)
+
+    @property
+    def lookup(self):
+        return getattr(self.proposer, "lookup", None)
+
+    @property
+    def drafter(self) -> ModelRunner | None:
+        return self.drafting.drafter if self.drafting else None
+
+    @property
+    def bridge(self) -> VocabBridge | None:
+        return self.drafting.bridge if self.drafting else None
+
+    @property
+    def ngram_cache(self):
+        return self.drafting.ngram_cache if self.drafting else None
+
+    @property
+    def predictor(self):
+        return self.drafting.predictor if self.drafting else None
 
     @property
     def cross_vocab(self) -> bool:
         return self.bridge is not None and not self.bridge.identity
 
-    # -- prompts ----------------------------------------------------------------------
-    def draft_prompt(self, target_prompt: list[int]) -> list[int]:
-        """The drafter's view of the prompt: the same text, in draft tokens."""
-        if self.bridge.identity:
-            return list(target_prompt)
-        tv = self.target_vocab
-        bos = {tv.tokenizer.bos_token_id}
-        body = target_prompt
-        while body and body[0] in bos:
-            body = body[1:]
-        prefix = self.bridge.draft.tokenizer.encode("", add_special_tokens=True)
-        return list(prefix) + self.bridge.draft.encode_bytes(tv.decode_bytes(body), lenient=True)
-
     # -- the loop ------------------------------------------------------------------------
-    def generate(self, target_prompt: list[int], config: GenerationConfig, on_text=None) -> GenerationResult:
-        target, drafter = self.target, self.drafter
-        speculative = config.speculative and drafter is not None
+    def generate(self, target_prompt: list[int], config: GenerationConfig, on_text=None,
+                 learn: bool = True) -> GenerationResult:
+        """learn=False: the adapter does not train on this generation, nor does lookup keep it in its history."""
+        target, proposer = self.target, self.proposer
+        speculative = config.speculative and proposer is not None
         if not target_prompt:
             raise OmniDraftError("the prompt is empty")
         if len(target_prompt) >= target.max_context:
             raise OmniDraftError(
                 f"the prompt is {len(target_prompt)} tokens; the context window is {target.max_context}"
             )
-        rng = np.random.default_rng(config.seed)
-        sampler = config.sampler
-        length = self._draft_length(config)
-        if speculative and length.needs_head and not drafter.has_head:
+        drafter = self.drafter if speculative else None
+        if drafter is not None and config.draft_policy == "auto" and not drafter.has_head:
             raise OmniDraftError(NO_HEAD)
-        counters = _Counters()
+        rng = np.random.default_rng(config.seed)
         seq = list(target_prompt)  # the target's sequence; seq[-1] is not yet in its cache
-        draft_seq = self.draft_prompt(seq) if speculative else []
         out = _TextStream(self.target_vocab, config.stop_strings, on_text)
         generated: list[int] = []
-        stop_reason = None
+        by_source: dict[str, Counter] = {}
+        calls, stop_reason, rounds = 0, None, []  # rounds: (seconds since start, proposed, accepted)
 
         start = time.perf_counter()
-        # Reuse what the caches already hold (a chat's earlier turns, a shared system prompt).
-        reused = _prefill(target, seq)
+        reused = prefill(target, seq)  # reuse what the cache holds (a chat's earlier turns)
+        adapter = self.adapter if speculative and learn and drafter is not None else None
         if speculative:
-            _prefill(drafter, draft_seq)
-        adapter = self.adapter if speculative else None
+            proposer.begin(seq, config, rng)
         if adapter is not None:
-            adapter.begin(draft_seq)
+            adapter.begin(self.bridge.draft_prompt(seq))
         prefill_s = time.perf_counter() - start
-        rounds = []  # (seconds since start, proposed, accepted) per verification
 
         while stop_reason is None:
             room = target.max_context - len(seq)  # proposals that still fit in the target's cache
             if room < 0:
                 stop_reason = "context_full"
                 break
-            max_props = min(room, config.max_new_tokens - len(generated) - 1)
+            budget = min(room, config.max_new_tokens - len(generated) - 1)
             if target.max_tokens_per_call:
-                max_props = min(max_props, target.max_tokens_per_call - 1)
-
-            # draft -> bridge
-            proposal, draft_ids, draft_probs, features = None, [], [], []
-            if speculative and max_props > 0 and draft_seq:
-                k = min(length.budget(), drafter.max_context - len(draft_seq) + 1, max_props)
-                if k > 0:
-                    strict = config.strict_sampling and self.cross_vocab
-                    draft_ids, draft_q, draft_probs, features = self._draft(
-                        draft_seq, k, sampler, rng, counters, length, strict)
-                    cache = None if strict else self.ngram_cache
-                    proposal = self.bridge.propose(draft_ids, draft_q, cache, max_props)
-            m = len(proposal) if proposal is not None else 0
-
+                budget = min(budget, target.max_tokens_per_call - 1)
+            # propose
+            proposal = proposer.propose(seq, budget) if speculative and budget > 0 else Proposal()
+            proposal.truncate(max(budget, 0))
+            m = len(proposal)
             # verify: the target's pending token plus all proposals in one call
-            logits = target.forward(seq[target.position :] + (proposal.target_ids if m else []), target.position, m + 1)
-            counters.target_calls += 1
-            if proposal is None:
-                proposal = Proposal()
-            n, next_token = verify(proposal, logits, sampler, rng, self.bridge, draft_probs)
-
+            pending = seq[target.position :] + proposal.target_ids
+            t0 = time.perf_counter()
+            logits = target.forward(pending, target.position, m + 1)
+            seconds = time.perf_counter() - t0
+            calls += 1
+            n, next_token = verify(proposal, logits, config.sampler, rng)
             # accept
-            counters.drafted += m
-            counters.accepted += n
-            counters.accepted_lengths[n] += 1
-            rounds.append((time.perf_counter() - start, m, n))
-            counters.ngram_hits += proposal.kind.count(NGRAM)
-            committed = proposal.target_ids[:n] + [next_token]
+            rnd = Round(len(seq), proposal, n, next_token, logits, seconds, len(pending))
             target.rollback(len(seq) + n)
-            seq.extend(committed)
-
-            # cache/adapt: learn spellings, reward accepted merges, keep the target's rows; resync
-            length.observe(m, n)
-            if self.predictor is not None and draft_ids:
-                self.predictor.observe(features, draft_labels(proposal, logits, sampler, len(draft_ids)))
-            if adapter is not None:
-                adapter.observe(committed, logits[: n + 1])
+            seq.extend(rnd.committed)
+            rounds.append((time.perf_counter() - start, m, n))
+            if m:
+                by_source.setdefault(proposal.source, Counter()).update(rounds=1, proposed=m, accepted=n)
+            # learn
             if speculative:
-                self._after_round(draft_seq, draft_ids, proposal, n, next_token, committed, counters)
+                proposer.observe(seq, rnd)
+            if adapter is not None:
+                adapter.observe(rnd.committed, logits[: n + 1])
 
-            for tok in committed:
+            for tok in rnd.committed:
                 if tok in config.eos_ids:
                     stop_reason = "eos"
                     break
@@ -214,98 +193,47 @@ class SpeculativeDecoder:
                     break
         out.flush()
         wall = time.perf_counter() - start
-        stats = self._stats(counters, generated, prefill_s, wall)
-        lora_updated = False
+        weights_changed = False
+        adaptation = None
         if adapter is not None:  # an update runs after the reply, between prompts
             t0 = time.perf_counter()
-            lora_updated = adapter.end()
-            if lora_updated:
-                drafter.reset()  # new weights: the drafter's cached keys and values are stale
-            stats["adaptation"] = adapter.summary()
-            stats["adaptation"]["seconds"] = time.perf_counter() - t0
-        if self.predictor is not None and speculative:
-            self.predictor.end_generation(lora_updated)
-            stats["predictor"] = self.predictor.summary()
+            weights_changed = adapter.end()
+            adaptation = dict(adapter.summary(), seconds=time.perf_counter() - t0)
+        proposers = proposer.end(weights_changed, remember=learn) if speculative else {}
+        stats = self._stats(generated, calls, by_source, proposers, prefill_s, wall)
+        lengths = Counter(n for _, _, n in rounds)
+        stats["accepted_length_histogram"] = {str(k): v for k, v in sorted(lengths.items())}
+        if adaptation is not None:
+            stats["adaptation"] = adaptation
+        if "predictor" in proposers.get(DRAFTER, {}):
+            stats["predictor"] = proposers[DRAFTER]["predictor"]
         stats["draft_policy"] = config.draft_policy
         stats["rounds"] = rounds
         stats["prompt_tokens_reused"] = reused
         return GenerationResult(out.text, generated, stop_reason, stats)
 
-    def _draft_length(self, config: GenerationConfig) -> DraftLength:
-        key = (config.draft_policy, config.draft_len, config.max_draft_len, config.gamma)
-        if self._length is None or self._length[0] != key:
-            self._length = (key, config.draft_length())
-        return self._length[1]
-
-    def _draft(self, draft_seq, k, sampler, rng, counters, length: DraftLength, strict: bool = False):
-        """Sample up to k draft tokens; stop early at a token no target token can follow, or
-        when the draft-length policy says so. Returns ids, q(ids), distributions and, with
-        an acceptance head, each token's head features (for training the head).
-
-        strict: sample only among draft tokens with a direct target twin.
-        """
-        drafter = self.drafter
-        if drafter.position >= len(draft_seq):  # nothing new to feed (the last text was unspellable)
-            drafter.rollback(len(draft_seq) - 1)
-        logits = drafter.forward(draft_seq[drafter.position :], drafter.position)[-1]
-        counters.drafter_calls += 1
-        ids, qs, dists, features = [], [], [], []
-        special = self.bridge.draft.special
-        unmapped = None
-        if strict:
-            unmapped = np.ones(len(logits), dtype=bool)
-            n = min(len(logits), len(self.bridge.draft_to_target))
-            unmapped[:n] = self.bridge.draft_to_target[:n] < 0
-        for i in range(k):
-            if unmapped is not None:
-                logits = np.where(unmapped, -np.inf, logits)
-            d, probs = sampler.choose(logits, rng)
-            if not self.bridge.identity and (d >= len(special) or special[d]):
-                break
-            ids.append(d)
-            qs.append(1.0 if probs is None else float(probs[d]))
-            dists.append(probs)
-            head = drafter.head_output if drafter.has_head else None
-            features.append(head[0] if head else None)
-            if length.stop(head[1] if head else None):
-                break
-            if i + 1 < k:
-                logits = drafter.forward([d], drafter.position)[-1]
-                counters.drafter_calls += 1
-        counters.draft_tokens += len(ids)
-        counters.rounds_drafted += 1
-        return ids, np.array(qs), dists, features
-
-    def _after_round(self, draft_seq, draft_ids, proposal, n, next_token, committed, counters):
-        if self.ngram_cache is not None and self.cross_vocab:
-            for j in range(n):
-                if proposal.kind[j] == NGRAM:
-                    counters.ngram_accepted += 1
-                    self.ngram_cache.record_accepted(draft_ids[proposal.draft_start[j] : proposal.draft_end[j]])
-            self.bridge.learn(self.ngram_cache, committed)
-        kept, append = self.bridge.resync(draft_ids, proposal, n, next_token)
-        base = len(draft_seq)
-        self.drafter.rollback(base + kept)
-        draft_seq.extend(draft_ids[:kept])
-        draft_seq.extend(append)
-
-    def _stats(self, c: _Counters, generated, prefill_s, wall) -> dict:
+    def _stats(self, generated, calls: int, by_source: dict, proposers: dict, prefill_s, wall) -> dict:
         decode_s = max(wall - prefill_s, 1e-9)
+        drafted = sum(c["proposed"] for c in by_source.values())
+        accepted = sum(c["accepted"] for c in by_source.values())
+        d = proposers.get(DRAFTER, {})
         cache = self.ngram_cache
         return {
             "new_tokens": len(generated),
-            "target_calls": c.target_calls,
-            "tokens_per_target_call": len(generated) / max(c.target_calls, 1),
-            "drafted": c.drafted,
-            "accepted": c.accepted,
-            "acceptance_rate": c.accepted / c.drafted if c.drafted else 0.0,
-            "draft_tokens": c.draft_tokens,
-            "mean_draft_len": c.draft_tokens / max(c.rounds_drafted, 1),
-            "drafter_calls": c.drafter_calls,
-            "ngram_cache_hits": c.ngram_hits,
-            "ngram_cache_accepted": c.ngram_accepted,
+            "target_calls": calls,
+            "tokens_per_target_call": len(generated) / max(calls, 1),
+            "drafted": drafted,
+            "accepted": accepted,
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "proposals": {source: dict(c) for source, c in sorted(by_source.items())},
+            "draft_tokens": d.get("draft_tokens", 0),
+            "mean_draft_len": d.get("draft_tokens", 0) / max(d.get("rounds_drafted", 0), 1),
+            "drafter_calls": d.get("drafter_calls", 0),
+            "ngram_cache_hits": d.get("ngram_hits", 0),
+            "ngram_cache_accepted": d.get("ngram_accepted", 0),
             "ngram_cache_size": len(cache) if cache is not None else 0,
-            "accepted_length_histogram": {str(k): v for k, v in sorted(c.accepted_lengths.items())},
+            "lookup": proposers.get("lookup"),
+            "hybrid": {k: proposers[k] for k in ("choices", "costs") if k in proposers} or None,
             "prefill_s": prefill_s,
             "decode_s": decode_s,
             "wall_s": wall,
@@ -313,19 +241,6 @@ class SpeculativeDecoder:
             "cross_vocab": self.cross_vocab,
             "vocab_intersection": self.bridge.intersection_size if self.bridge else None,
         }
-
-
-def _prefill(runner: ModelRunner, seq: list[int]) -> int:
-    """Bring the runner's cache to seq[:-1], reusing the prefix it already holds; return its length."""
-    keep = 0
-    cached = runner.tokens
-    limit = min(runner.position, len(seq) - 1)
-    while keep < limit and cached[keep] == seq[keep]:
-        keep += 1
-    runner.rollback(keep)
-    if len(seq) - 1 > keep:
-        runner.forward(seq[keep:-1], keep)
-    return keep
 
 
 class _TextStream:

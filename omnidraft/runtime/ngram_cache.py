@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_bytes_atomic
+from ..state import set_aside
 
 FORMAT = "omnidraft-ngram-cache"
 VERSION = 1
@@ -138,7 +138,5 @@ def load_or_fresh(path: Path, pair_id: str, max_entries: int, warn) -> NGramCach
     try:
         return NGramCache.load(path, pair_id, max_entries)
     except CacheFileError as e:
-        aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
-        os.replace(path, aside)
-        warn(f"n-gram cache {path} is {e}; moved it to {aside.name} and started a fresh cache")
+        set_aside(path, "bad", f"n-gram cache {path.name} is {e}; starting a fresh cache", warn)
         return NGramCache(pair_id, max_entries)

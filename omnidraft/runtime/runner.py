@@ -97,6 +97,19 @@ class ModelRunner(ABC):
         """
 
 
+def prefill(runner: ModelRunner, seq: list[int]) -> int:
+    """Bring the runner's cache to seq[:-1], reusing the prefix it already holds; return its length."""
+    keep = 0
+    cached = runner.tokens
+    limit = min(runner.position, len(seq) - 1)
+    while keep < limit and cached[keep] == seq[keep]:
+        keep += 1
+    runner.rollback(keep)
+    if len(seq) - 1 > keep:
+        runner.forward(seq[keep:-1], keep)
+    return keep
+
+
 class EagerRunner(ModelRunner):
     """A Hugging Face causal LM in eager PyTorch with a static KV cache."""
 

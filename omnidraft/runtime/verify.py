@@ -9,24 +9,20 @@ from the residual max(0, p - q'); if everything was accepted, sample a bonus
 token from p. With one vocabulary q' = q and this is exactly lossless (Leviathan
 et al. 2023). Across vocabularies q' is the bridge's approximation (merged
 n-grams, unmapped draft mass dropped), so sampling is approximate there.
+A lookup proposal is a point mass (q' = 1 on its token): accepted with
+probability p(t), and on rejection the next token is drawn from p with t
+removed and renormalized, which is exactly lossless.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .bridge import Proposal, VocabBridge
+from .bridge import Proposal
 from .sampling import Sampler, sample
 
 
-def verify(
-    proposal: Proposal,
-    target_logits: np.ndarray,
-    sampler: Sampler,
-    rng: np.random.Generator,
-    bridge: VocabBridge | None = None,
-    draft_probs: list | None = None,
-) -> tuple[int, int]:
+def verify(proposal: Proposal, target_logits: np.ndarray, sampler: Sampler, rng: np.random.Generator) -> tuple[int, int]:
     """Return (number of proposals accepted, the token the target adds after them).
 
     `target_logits` has one row per proposal plus one: row j scores proposal j,
@@ -47,7 +43,7 @@ def verify(
         t, q = proposal.target_ids[j], proposal.q[j]
         if q > 0 and rng.random() < min(1.0, p[t] / q):
             continue
-        residual = np.maximum(p - bridge.proposal_distribution(proposal, j, draft_probs, vocab), 0.0)
+        residual = np.maximum(p - proposal.distribution(j, vocab), 0.0)
         if residual.sum() <= 0:  # q' covered p everywhere: fall back to p itself
             residual = p
         return j, sample(residual / residual.sum(), rng)

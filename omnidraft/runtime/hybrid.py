@@ -1,0 +1,143 @@
+"""The hybrid policy: each round, the proposal with the most expected tokens per second.
+
+Options each round (tokens committed = accepted + 1 in every case):
+  - nothing: a plain target step, 1 token for T(1);
+  - a lookup prefix of m tokens: 1 + E_m tokens for T(m + 1), E_m from the lookup
+    scorer; lookup itself costs an index query (measured, reported) and no model call;
+  - the drafter: its recent mean tokens per round for its recent mean cost (its calls,
+    including catching up on text committed while it was idle, plus T(m + 1)).
+T(n), the target's call time for n tokens, and the drafter's call time are measured
+on the machine at hand from the loop's own calls (CallCosts). The drafter is tried
+first (its worth is unknown until measured) and then again every `explore_every`
+rounds in which it was not chosen, so that its estimate follows the text.
+When lookup is chosen the drafter is not called; it catches up in one call the next
+time it drafts. Lookup followed by drafting in the same round is not tried.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .bridge import Proposal
+from .drafting import DRAFTER, DraftModel
+from .lookup_proposer import LOOKUP, LookupProposer, expected_accepted
+from .proposers import Round
+
+
+class CallCosts:
+    """Seconds per target call of n tokens (T(n) = a + b (n - 1), least squares with decay) and per drafter call.
+
+    fixed=(a, b, drafter_call) pins the costs (reproducible tests and what-if runs).
+    """
+
+    def __init__(self, decay: float = 0.97, fixed: tuple[float, float, float] | None = None):
+        self.decay = decay
+        self.fixed = fixed
+        self._sums = np.zeros(5)  # weights, n, s, n*n, n*s
+        self._drafter = None  # EMA of seconds per drafter call
+
+    def observe_target(self, n: int, seconds: float) -> None:
+        self._sums = self.decay * self._sums + np.array([1.0, n, seconds, n * n, n * seconds])
+
+    def observe_drafter(self, calls: int, seconds: float) -> None:
+        if calls:
+            per_call = seconds / calls
+            self._drafter = per_call if self._drafter is None else 0.8 * self._drafter + 0.2 * per_call
+
+    def target(self, n: int) -> float:
+        if self.fixed:
+            a, b, _ = self.fixed
+            return a + b * (n - 1)
+        w, sn, ss, snn, sns = self._sums
+        if w <= 0:
+            return 1.0 + 0.1 * (n - 1)  # nothing measured yet: only ratios matter
+        mean_n, mean_s = sn / w, ss / w
+        var = snn / w - mean_n**2
+        slope = max((sns / w - mean_n * mean_s) / var, 0.0) if var > 0.1 else 0.1 * mean_s / max(mean_n, 1.0)
+        return max(mean_s + slope * (n - mean_n), 1e-6)
+
+    def drafter_call(self) -> float | None:
+        if self.fixed:
+            return self.fixed[2]
+        return self._drafter
+
+    def summary(self) -> dict:
+        return {"target_step_ms": 1000 * self.target(1), "target_verify_ms_per_extra_token":
+                1000 * (self.target(2) - self.target(1)),
+                "drafter_call_ms": None if self.drafter_call() is None else 1000 * self.drafter_call()}
+
+
+class Hybrid:
+    def __init__(self, lookup: LookupProposer | None, drafting: DraftModel | None, costs: CallCosts | None = None,
+                 explore_every: int = 32):
+        if lookup is None and drafting is None:
+            raise ValueError("the hybrid needs lookup, a drafter or both")
+        self.lookup = lookup
+        self.drafting = drafting
+        self.costs = costs or CallCosts()
+        self.explore_every = explore_every
+        self._drafter_rounds = None  # EMA of (tokens per round, drafter calls, proposed per round)
+        self._idle = 0
+        self._draft_calls = 0
+        self.choices = {}
+
+    def begin(self, seq, config, rng) -> None:
+        for p in (self.lookup, self.drafting):
+            if p is not None:
+                p.begin(seq, config, rng)
+        self.choices = {"none": 0, LOOKUP: 0, DRAFTER: 0}
+
+    def _drafter_value(self) -> float:
+        """Expected tokens per second of a drafter round; inf before the first one (try it)."""
+        if self._drafter_rounds is None:
+            return float("inf")
+        gain, calls, proposed = self._drafter_rounds
+        per_call = self.costs.drafter_call() or 0.0
+        return gain / (calls * per_call + self.costs.target(1 + proposed))
+
+    def propose(self, seq: list[int], budget: int) -> Proposal:
+        T = self.costs.target
+        best, choice, m = 1.0 / T(1), "none", 0
+        if self.lookup is not None:
+            tokens, probs = self.lookup.candidates(seq, budget)
+            if tokens:
+                lengths = np.arange(1, len(tokens) + 1)
+                values = (1.0 + expected_accepted(probs)) / np.array([T(n + 1) for n in lengths])
+                i = int(np.argmax(values))
+                if values[i] > best:
+                    best, choice, m = float(values[i]), LOOKUP, int(lengths[i])
+        if self.drafting is not None:
+            explore = self._idle >= self.explore_every and choice != LOOKUP
+            if explore or self._drafter_value() > best:
+                choice = DRAFTER
+        self.choices[choice] += 1
+        self._idle = 0 if choice == DRAFTER else self._idle + 1
+        if choice == LOOKUP:
+            return Proposal.point_masses(tokens[:m], LOOKUP)
+        if choice == DRAFTER:
+            calls = self.drafting.counters["drafter_calls"]
+            t0 = time.perf_counter()
+            proposal = self.drafting.propose(seq, budget)
+            self._draft_calls = self.drafting.counters["drafter_calls"] - calls
+            self.costs.observe_drafter(self._draft_calls, time.perf_counter() - t0)
+            return proposal
+        return Proposal()
+
+    def observe(self, seq: list[int], rnd: Round) -> None:
+        self.costs.observe_target(rnd.tokens_in_call, rnd.target_seconds)
+        if rnd.proposal.source == DRAFTER:
+            now = np.array([rnd.accepted + 1.0, self._draft_calls, len(rnd.proposal)])
+            self._drafter_rounds = now if self._drafter_rounds is None else 0.8 * self._drafter_rounds + 0.2 * now
+        for p in (self.lookup, self.drafting):
+            if p is not None:
+                p.observe(seq, rnd)
+
+    def end(self, weights_changed: bool = False, remember: bool = True) -> dict:
+        stats = {"choices": dict(self.choices), "costs": self.costs.summary()}
+        if self.lookup is not None:
+            stats.update(self.lookup.end(weights_changed, remember))
+        if self.drafting is not None:
+            stats.update(self.drafting.end(weights_changed, remember))
+        return stats

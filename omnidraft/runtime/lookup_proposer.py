@@ -1,0 +1,134 @@
+"""Lookup as a proposer: the index's continuation (lookup.py), scored by a small online model.
+
+The scorer estimates, for each token of a lookup continuation, the probability that the
+target accepts it given that it accepted the ones before (logistic in the walk's
+features). Every round it learns from what the target committed, whether or not the
+continuation was proposed: a continuation token counts as accepted when the committed
+text has it at its place (under greedy decoding exactly the verification rule; under
+sampling an unbiased estimate of p(token)), up to the first miss. The expected number
+of accepted tokens of a k-token prefix is sum_i prod_{j<=i} P_j, which the hybrid policy
+weighs against what the prefix costs to verify.
+
+At the end of a generation its text (prompt and output) joins the history; a chat's
+next turn extends the same document instead of repeating it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from .bridge import Proposal
+from .lookup import MAX_MATCH, MAX_OCCURRENCES, Candidates, HistoryIndex, find_candidates
+from .proposers import Round
+
+LOOKUP = "lookup"
+N_FEATURES = 6
+# Before any learning: likely when the walk is unanimous and the match long, less so deeper in.
+PRIOR = np.array([-1.0, 2.5, 0.5, 1.5, -0.5, 0.3])
+
+
+class LookupScorer:
+    """P(accept) per continuation token: logistic regression, one SGD step per judged token."""
+
+    def __init__(self, weights=None, lr: float = 0.05):
+        self.weights = np.array(PRIOR if weights is None else weights, dtype=np.float64)
+        if self.weights.shape != (N_FEATURES,) or not np.isfinite(self.weights).all():
+            raise ValueError(f"lookup scorer weights must be {N_FEATURES} finite numbers")
+        self.lr = lr
+        self.judged = 0
+        self.hits = 0
+
+    @staticmethod
+    def features(c: Candidates) -> np.ndarray:
+        m = len(c)
+        x = np.empty((m, N_FEATURES))
+        x[:, 0] = 1.0
+        x[:, 1] = c.frequency
+        x[:, 2] = np.log1p(c.support) / math.log1p(MAX_OCCURRENCES)
+        x[:, 3] = min(c.match, MAX_MATCH) / MAX_MATCH
+        x[:, 4] = np.arange(m) / 16.0
+        x[:, 5] = float(c.source == "context")
+        return x
+
+    def probs(self, x: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(x @ self.weights)))
+
+    def learn(self, x: np.ndarray, labels: np.ndarray) -> None:
+        for row, y in zip(x, labels):
+            p = 1.0 / (1.0 + math.exp(-float(row @ self.weights)))
+            self.weights += self.lr * (float(y) - p) * row
+            self.judged += 1
+            self.hits += int(y)
+
+
+def expected_accepted(probs: np.ndarray) -> np.ndarray:
+    """E[accepted] of each prefix length 1..m: sum_i prod_{j<=i} P_j."""
+    return np.cumsum(np.cumprod(probs))
+
+
+class LookupProposer:
+    def __init__(self, history: HistoryIndex | None = None, scorer: LookupScorer | None = None, max_len: int = 16):
+        if max_len < 1:
+            raise ValueError("lookup length must be at least 1")
+        self.history = history
+        self.scorer = scorer or LookupScorer()
+        self.max_len = max_len
+        self._pending: tuple[int, list[int], np.ndarray] | None = None  # (start, tokens, features) to judge
+        self._seq: list[int] | None = None
+        self._last_doc: list[int] | None = None  # what this process last added to the history
+        self.counters = {}
+
+    def begin(self, seq: list[int], config=None, rng=None) -> None:
+        self._seq = seq
+        self._pending = None
+        self.counters = dict(queries=0, query_seconds=0.0, candidates=0)
+
+    def candidates(self, seq: list[int], budget: int) -> tuple[list[int], np.ndarray]:
+        """The continuation lookup offers now (at most `budget` tokens) and P(accept) of each."""
+        t0 = time.perf_counter()
+        c = find_candidates(seq, self.history, min(budget, self.max_len))
+        x = self.scorer.features(c) if len(c) else np.zeros((0, N_FEATURES))
+        probs = self.scorer.probs(x) if len(c) else np.zeros(0)
+        self._pending = (len(seq), c.tokens, x) if len(c) else None
+        self.counters["queries"] += 1
+        self.counters["query_seconds"] += time.perf_counter() - t0
+        self.counters["candidates"] += len(c)
+        return c.tokens, probs
+
+    def propose(self, seq: list[int], budget: int) -> Proposal:
+        """Every candidate token (the hybrid policy proposes a chosen prefix instead)."""
+        tokens, _ = self.candidates(seq, budget)
+        return Proposal.point_masses(tokens, LOOKUP)
+
+    def observe(self, seq: list[int], rnd: Round) -> None:
+        self._seq = seq
+        if self._pending is None:
+            return
+        start, tokens, x = self._pending
+        self._pending = None
+        labels = []
+        for j, t in enumerate(tokens):
+            if start + j >= len(seq):
+                break
+            labels.append(float(seq[start + j] == t))
+            if not labels[-1]:
+                break
+        if labels:
+            self.scorer.learn(x[: len(labels)], np.array(labels))
+
+    def end(self, weights_changed: bool = False, remember: bool = True) -> dict:
+        seq = self._seq or []
+        if remember and self.history is not None and len(seq) >= 2:
+            last = self._last_doc
+            if last is not None and len(seq) > len(last) and seq[: len(last)] == last:
+                self.history.add(seq[len(last) :], extend_last=True)  # the next turn of the same chat
+            else:
+                self.history.add(seq)
+            self._last_doc = list(seq)
+        c = self.counters
+        return {LOOKUP: {"queries": c["queries"], "query_ms_mean": 1000 * c["query_seconds"] / max(c["queries"], 1),
+                         "history_tokens": len(self.history) if self.history is not None else 0,
+                         "scorer_judged": self.scorer.judged}}

@@ -1,0 +1,65 @@
+"""What every state file under $OMNIDRAFT_HOME shares: setting a bad file aside and locking.
+
+A damaged or foreign state file is never deleted and never left to fail the next run:
+it is renamed to `<name>.<tag>-<time>-<pid>[-n]` (unique, so two processes or two
+set-asides in one second never overwrite an earlier one) and a fresh state starts.
+Processes that share a state folder serialize their load-modify-save of one file
+through an advisory lock on `<name>.lock` beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from pathlib import Path
+
+
+def set_aside(path: Path, tag: str, message: str, warn) -> Path | None:
+    """Move `path` to a unique `.tag-...` name beside it and warn; None when it could not be moved."""
+    path = Path(path)
+    stem = f"{path.name}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    for n in range(1000):
+        aside = path.with_name(stem if n == 0 else f"{stem}-{n}")
+        if aside.exists():
+            continue
+        try:
+            os.link(path, aside)  # fails if `aside` appeared meanwhile: never overwrites
+            os.unlink(path)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            warn(f"[omnidraft] warning: {message} (another process already moved the old file aside)")
+            return None
+        except OSError as e:
+            if e.errno in (1, 18, 38, 95):  # link unsupported here: rename (checked for existence above)
+                try:
+                    os.replace(path, aside)
+                except OSError as e2:
+                    e = e2
+                else:
+                    break
+            warn(f"[omnidraft] warning: {message} (could not move the old file aside: {e.strerror or e})")
+            return None
+        break
+    else:
+        warn(f"[omnidraft] warning: {message} (too many set-aside copies; left in place)")
+        return None
+    warn(f"[omnidraft] warning: {message} (the old file is now {aside.name})")
+    return aside
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """Hold an exclusive advisory lock for `path` (on `<path>.lock`) across load-modify-save."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
