@@ -77,7 +77,8 @@ class Method:
         self.decoder = SpeculativeDecoder(base.target, pair.target_vocab, chosen)
         self.learner, self.lora = learner, lora
         self.totals = dict(tokens=0, calls=0, drafted=0, accepted=0, drafter_calls=0, seconds=0.0, rounds=0,
-                           draft_tokens=0, differ=0, lookup_accepted=0, lookup_proposed=0)
+                           draft_tokens=0, differ=0, lookup_accepted=0, lookup_proposed=0, lookup_queries=0,
+                           lookup_query_s=0.0)
 
     def run(self, ids, max_new: int, eos) -> list[int]:
         drafter = self.decoder.drafter
@@ -98,6 +99,9 @@ class Method:
         lookup = st["proposals"].get("lookup", {})
         t["lookup_accepted"] += lookup.get("accepted", 0)
         t["lookup_proposed"] += lookup.get("proposed", 0)
+        if st.get("lookup"):
+            t["lookup_queries"] += st["lookup"]["queries"]
+            t["lookup_query_s"] += st["lookup"]["queries"] * st["lookup"]["query_ms_mean"] / 1000
         t["rounds"] += st["proposals"].get("drafter", {}).get("rounds", 0)  # for the mean draft length
         return result.token_ids
 
@@ -114,7 +118,8 @@ def summarize(t: dict, base_tps: float) -> dict:
             "mean_draft_len": t["draft_tokens"] / max(t["rounds"], 1),
             "tokens_per_s": tps, "speedup": tps / base_tps if base_tps else None,
             "outputs_differing": t["differ"], "new_tokens": t["tokens"],
-            "lookup_share": t.get("lookup_accepted", 0) / max(t["tokens"], 1)}
+            "lookup_share": t.get("lookup_accepted", 0) / max(t["tokens"], 1),
+            "lookup_query_ms": 1000 * t["lookup_query_s"] / t["lookup_queries"] if t.get("lookup_queries") else None}
 
 
 def hf_generate(target_model, ids: list[int], eos, max_new: int, **assist) -> tuple[list[int], float]:

@@ -1,22 +1,28 @@
 """Benchmark suite: every way to decode the pair, side by side, in one process, on the same prompts.
 
 Systems: the eager pair (one per --drafter) and every exported bundle given with
---bundle DIR[:backend] (ExecuTorch and/or onnxruntime). On each system, per domain
-(code, prose, chat):
+--bundle DIR[:backend] (ExecuTorch and/or onnxruntime). On each system, per workload
+(the open-ended domains code, prose, chat and the repetitive workloads code-infile,
+structured, quote, multiturn, history; omnidraft/corpora.py):
 
-  1. warm-up on the corpora's "adapt" split: the n-gram cache and the acceptance
-     head learn, and the drafter's LoRA adapter too where the system can train it
-     (eager, or ExecuTorch with a bundle exported --with-training);
-  2. measured prompts from the "eval" split (disjoint from the warm-up), every
-     method interleaved prompt by prompt on the same runners:
-       target-only (the baseline of this system's ratios); on eager systems the
-       Hugging Face peer, generate() and assisted generation with the other
-       tokenizer; speculative with fixed k without and with the n-gram cache;
-       --draft-len auto (cache + head); adapted (auto + cache + head + LoRA,
-       updates paused while measuring; their cost is reported apart).
+  1. warm-up on the workload's "adapt" split: the n-gram cache, the acceptance head
+     and the lookup scorer learn, the warm-up texts join the lookup history, and with
+     --extended the drafter's LoRA adapter trains where the system can (eager, or
+     ExecuTorch with a bundle exported --with-training);
+  2. measured prompts from the "eval" split (disjoint from the warm-up), every method
+     interleaved prompt by prompt on the same runners:
+       target-only (the baseline of this system's ratios); drafter (draft length
+       auto, n-gram cache, acceptance head); lookup (context and history, no drafter);
+       hybrid (each round the better of lookup and the drafter: the default of
+       `omnidraft generate`). Each method keeps learning from its own traffic (its
+       lookup history grows with its outputs).
+       --extended adds fixed k without and with the n-gram cache, LoRA-adapted
+       (updates paused while measuring; their cost reported apart) and, on eager
+       systems, the Hugging Face peer: generate() and assisted generation with the
+       other tokenizer.
 Greedy: every method's output must equal target-only's; the table flags any that
-differ. The analytic ceiling uses each method's measured acceptance alpha, its mean
-draft length k and the system's measured cost ratio c (../shared/notes/method.md).
+differ. The analytic ceiling uses each drafter method's measured acceptance alpha,
+its mean draft length k and the system's measured cost ratio c (Leviathan et al.).
 Writes results.json, table.md and suite.png to --out.
 
     .venv/bin/python benchmarks/suite.py --out benchmarks/results/suite \\
@@ -42,42 +48,82 @@ from omnidraft.pair import build_bundle_pair, build_eager_pair, learner_for
 from omnidraft.runtime.acceptance import AcceptanceHead
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.drafting import DraftModel
+from omnidraft.runtime.lookup import HistoryIndex
+from omnidraft.runtime.lookup_proposer import LookupProposer
 from omnidraft.runtime.ngram_cache import NGramCache
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import Method, ceiling, hf_generate, save_results, step_ms, summarize  # noqa: E402
 
 PEERS = ("HF generate (target-only)", "HF assisted (other tokenizer)")
+WORKLOADS = corpora.DOMAINS + corpora.WORKLOADS
 
 
 def systems(args) -> list[tuple[str, callable]]:
     """(label, loader) per system; loaders build the pair lazily (one system in memory at a time)."""
     out = []
-    for drafter in args.drafter or ["default"]:
+    for drafter in [] if args.no_eager else (args.drafter or ["default"]):
         path = None if drafter == "default" else drafter
         name = "default drafter" if path is None else Path(path).name
-        out.append((f"eager fp32, {name}", lambda p=path: build_eager_pair(args.target, p, use_ngram_cache=False)))
+        out.append((f"eager fp32, {name}", lambda p=path: build_eager_pair(args.target, p, use_ngram_cache=False,
+                                                                             max_context=args.max_context)))
     for item in args.bundle:
         path, _, backend = item.partition(":")
         for b in [backend] if backend else ["executorch", "onnxruntime"]:
-            out.append((f"{b}, {Path(path).name}", lambda p=path, b=b: _bundle_pair(p, b, args.threads)))
+            out.append((f"{b}, {Path(path).name}", lambda p=path, b=b: _bundle_pair(p, b, args)))
     return out
 
 
-def _bundle_pair(path: str, backend: str, threads: int):
+def _bundle_pair(path: str, backend: str, args):
     from omnidraft.bundle import load_bundle
 
     bundle = load_bundle(path)
-    if backend == "onnxruntime" and "onnx" not in bundle.model("target")["graphs"]:
+    graphs = bundle.model("target")["graphs"]
+    if (backend == "onnxruntime" and "onnx" not in graphs) or (backend == "executorch" and "executorch" not in graphs):
         return None
-    if backend == "executorch" and "executorch" not in bundle.model("target")["graphs"]:
-        return None
-    trainable = backend == "executorch" and bool(bundle.manifest.get("training"))
-    return build_bundle_pair(path, backend, threads=threads, use_ngram_cache=False, lora_drafter=trainable)
+    trainable = args.extended and backend == "executorch" and bool(bundle.manifest.get("training"))
+    return build_bundle_pair(path, backend, threads=args.threads, use_ngram_cache=False, lora_drafter=trainable)
 
 
-def warm_up(pair, learner, zero_lora, domain: str, args, bar) -> tuple:
-    """The domain's warm-up stream with everything learning; returns (cache, predictor, lora state, adapter)."""
+class Shadow:
+    """Warm-up proposer: the drafter proposes every round while lookup is queried and judged beside it
+    (its scorer learns what the target would have accepted) and keeps the texts in its history."""
+
+    def __init__(self, drafting: DraftModel, lookup: LookupProposer):
+        self.drafting, self.lookup = drafting, lookup
+
+    def begin(self, seq, config, rng):
+        self.drafting.begin(seq, config, rng)
+        self.lookup.begin(seq, config, rng)
+
+    def propose(self, seq, budget):
+        self.lookup.candidates(seq, budget)
+        return self.drafting.propose(seq, budget)
+
+    def observe(self, seq, rnd):
+        self.drafting.observe(seq, rnd)
+        self.lookup.observe(seq, rnd)
+
+    def end(self, weights_changed=False, remember=True):
+        return {**self.drafting.end(weights_changed, remember), **self.lookup.end(weights_changed, remember)}
+
+
+def encode(pair, item, workload: str) -> list[int]:
+    if isinstance(item, list):  # a conversation
+        return pair.encode_chat(item)
+    return pair.encode_prompt(item, chat=workload == "chat")
+
+
+def is_chat(item, workload: str) -> bool:
+    return isinstance(item, list) or workload == "chat"
+
+
+def fits(pair, ids, args) -> bool:
+    return len(ids) + args.max_new_tokens + 1 < pair.decoder.target.max_context
+
+
+def warm_up(pair, learner, zero_lora, workload: str, args, bar) -> tuple:
+    """The workload's warm-up stream with everything learning: (cache, predictor, lookup, lora state, adapter)."""
     dec = pair.decoder
     drafter = dec.drafter
     predictor = None
@@ -85,25 +131,46 @@ def warm_up(pair, learner, zero_lora, domain: str, args, bar) -> tuple:
         drafter.head = AcceptanceHead.initial(drafter.head.n_features)
         predictor = AcceptancePredictor(drafter.head)
     drafting = DraftModel(drafter, dec.bridge, NGramCache(dec.bridge.pair_id), predictor)
+    lookup = LookupProposer(HistoryIndex())
     adapter = None
     if learner is not None:
         learner.load_state(zero_lora)
         drafter.reset()
         adapter = OnlineAdapter(learner, dec.bridge, AdaptConfig(lr=args.adapt_lr))
-    warm = SpeculativeDecoder(dec.target, pair.target_vocab, drafting, adapter)
-    chat = domain == "chat"
+    warm = SpeculativeDecoder(dec.target, pair.target_vocab, Shadow(drafting, lookup), adapter)
     draft = _auto(args) if drafter.has_head else dict(draft_len=args.draft_len)
-    for text in corpora.prompts(domain, args.warmup, split="adapt", max_chars=args.prompt_chars):
-        s = warm.generate(pair.encode_prompt(text, chat=chat),
-                          GenerationConfig(args.max_new_tokens, eos_ids=pair.eos_ids(chat), **draft)).stats
-        bar.set_postfix_str(f"{domain} warm-up acc {s['acceptance_rate']:.2f}")
+    for item in corpora.workload(workload, args.warmup, split="adapt", max_chars=args.prompt_chars):
+        ids = encode(pair, item, workload)
+        if fits(pair, ids, args):
+            eos = pair.eos_ids(is_chat(item, workload))
+            s = warm.generate(ids, GenerationConfig(args.max_new_tokens, eos_ids=eos, **draft)).stats
+            bar.set_postfix_str(f"{workload} warm-up acc {s['acceptance_rate']:.2f}")
         bar.update()
     lora = learner.state() if learner is not None else None
-    return warm.ngram_cache, predictor, lora, warm.adapter
+    return drafting.ngram_cache, predictor, lookup, lora, adapter
 
 
 def _auto(args) -> dict:
     return dict(draft_policy="auto", max_draft_len=args.cap, gamma=args.gamma)
+
+
+def make_methods(pair, args, learner, zero_lora, warm) -> dict[str, Method]:
+    cache, predictor, lookup, lora, _ = warm
+    drafter = pair.decoder.drafter
+    draft = _auto(args) if drafter.has_head else dict(draft_len=args.draft_len)
+    length = "auto" if drafter.has_head else f"k={args.draft_len}"
+    methods = {"target-only": Method(pair, None)}
+    if args.extended:
+        fixed = dict(draft_len=args.draft_len)
+        methods[f"k={args.draft_len}, no n-gram cache"] = Method(pair, fixed, None, predictor, learner, zero_lora)
+        methods[f"k={args.draft_len} + n-gram cache"] = Method(pair, fixed, cache, predictor, learner, zero_lora)
+    methods[f"drafter ({length} + n-gram cache)"] = Method(pair, draft, cache, predictor, learner, zero_lora)
+    methods["lookup"] = Method(pair, draft, proposer="lookup", lookup=lookup)
+    methods[f"hybrid (lookup + drafter {length})"] = Method(pair, draft, cache, predictor, learner, zero_lora,
+                                                            proposer="hybrid", lookup=lookup)
+    if args.extended and learner is not None:
+        methods[f"adapted: LoRA + {length} + cache"] = Method(pair, draft, cache, predictor, learner, lora)
+    return methods
 
 
 def run_system(label: str, pair, args, bar) -> dict:
@@ -111,35 +178,31 @@ def run_system(label: str, pair, args, bar) -> dict:
     drafter = dec.drafter
     n = min(64, dec.target.max_context // 2)
     prefix = pair.encode_prompt(corpora.prompts("prose", 1, seed=9)[0])[:n]
-    c = step_ms(drafter, dec.bridge.draft_prompt(prefix)[:n]) / step_ms(dec.target, prefix)
-    learner, zero_lora, why_not = None, None, None
-    try:
-        learner = OnlineAdapter(learner_for(pair, AdaptConfig(lr=args.adapt_lr)), dec.bridge,
-                                AdaptConfig(lr=args.adapt_lr)).learner
-        zero_lora = learner.state()
-    except OmniDraftError as e:
-        why_not = str(e)
-    peers = args.peers and hasattr(drafter, "model")
-    fixed = dict(draft_len=args.draft_len)
+    step = step_ms(dec.target, prefix)
+    c = step_ms(drafter, dec.bridge.draft_prompt(prefix)[:n]) / step
+    learner, zero_lora, why_not = None, None, "not measured (--extended adds it)"
+    if args.extended:
+        try:
+            learner = OnlineAdapter(learner_for(pair, AdaptConfig(lr=args.adapt_lr)), dec.bridge,
+                                    AdaptConfig(lr=args.adapt_lr)).learner
+            zero_lora = learner.state()
+            why_not = "lora"
+        except OmniDraftError as e:
+            why_not = str(e)
+    peers = args.extended and args.peers and hasattr(drafter, "model")
     totals: dict[str, Counter] = {}
     out = {"system": label, "backend": dec.target.backend, "drafter": pair.drafter_name, "target": pair.target_name,
-           "cost_ratio_c": c, "adaptation": why_not or "lora", "domains": {}}
-    for domain in corpora.DOMAINS:
-        chat = domain == "chat"
-        eos = pair.eos_ids(chat)
-        cache, predictor, lora, adapter = warm_up(pair, learner, zero_lora, domain, args, bar)
-        methods = {"target-only": Method(pair, None)}
-        methods[f"k={args.draft_len}, no n-gram cache"] = Method(pair, fixed, None, predictor, learner, zero_lora)
-        methods[f"k={args.draft_len} + n-gram cache"] = Method(pair, fixed, cache, predictor, learner, zero_lora)
-        if drafter.has_head:
-            methods["auto + n-gram cache"] = Method(pair, _auto(args), cache, predictor, learner, zero_lora)
-        if learner is not None:
-            draft = _auto(args) if drafter.has_head else fixed
-            methods["adapted: LoRA + " + ("auto" if drafter.has_head else f"k={args.draft_len}") + " + cache"] = \
-                Method(pair, draft, cache, predictor, learner, lora)
+           "cost_ratio_c": c, "target_step_ms": step, "adaptation": why_not, "workloads": {}}
+    for workload in args.workloads:
+        warm = warm_up(pair, learner, zero_lora, workload, args, bar)
+        methods = make_methods(pair, args, learner, zero_lora, warm)
         peer_totals = {name: Counter() for name in (PEERS if peers else ())}
-        for text in corpora.prompts(domain, args.prompts, args.seed, "eval", args.prompt_chars):
-            ids = pair.encode_prompt(text, chat=chat)
+        for item in corpora.workload(workload, args.prompts, args.seed, "eval", args.prompt_chars):
+            ids = encode(pair, item, workload)
+            eos = pair.eos_ids(is_chat(item, workload))
+            if not fits(pair, ids, args):
+                bar.update()
+                continue
             reference = None
             for method in methods.values():
                 tokens = method.run(ids, args.max_new_tokens, eos)
@@ -153,27 +216,32 @@ def run_system(label: str, pair, args, bar) -> dict:
                                                           assistant_tokenizer=dec.bridge.draft.tokenizer))):
                     tokens, seconds = hf_generate(hf_target, ids, eos, args.max_new_tokens, **assist)
                     peer_totals[name].update(tokens=len(tokens), seconds=seconds, differ=int(tokens != reference))
-            bar.set_postfix_str(f"{domain} " + " ".join(
+            bar.set_postfix_str(f"{workload} " + " ".join(
                 f"{m.totals['tokens'] / max(m.totals['seconds'], 1e-9):.1f}" for m in methods.values()) + " tok/s")
             bar.update()
         base_tps = methods["target-only"].summary(0)["tokens_per_s"]
         rows = {name: m.summary(base_tps) for name, m in methods.items()}
         for name, t in peer_totals.items():
             rows[name] = summarize(Counter(calls=0, **t), base_tps) | {"tokens_per_target_call": None}
-        out["domains"][domain] = {"methods": rows,
-                                  "adaptation": adapter.report() if adapter is not None else None}
+        adapter = warm[4]
+        out["workloads"][workload] = {"methods": rows, "adaptation": adapter.report() if adapter is not None else None}
         for name, m in list(methods.items()) + list(peer_totals.items()):
-            totals.setdefault(name, Counter()).update(m.totals if isinstance(m, Method) else m)
-    base_tps = summarize(totals["target-only"], 0)["tokens_per_s"]
-    out["overall"] = {}
-    for name, t in totals.items():
-        row = summarize(Counter(t), base_tps)
+            totals.setdefault(f"{_group(workload)}|{name}", Counter()).update(m.totals if isinstance(m, Method) else m)
+    out["groups"] = {}
+    for key, t in totals.items():
+        group, name = key.split("|", 1)
+        base = totals.get(f"{group}|target-only")
+        row = summarize(Counter(t), summarize(Counter(base), 0)["tokens_per_s"] if base else 0)
         if name in PEERS:
             row["tokens_per_target_call"] = None
-        elif row["acceptance_rate"] is not None:
+        elif row["acceptance_rate"] is not None and name.startswith(("drafter", "k=", "adapted")):
             row["ceiling"] = ceiling(row["acceptance_rate"], row["mean_draft_len"], c)
-        out["overall"][name] = row
+        out["groups"].setdefault(group, {})[name] = row
     return out
+
+
+def _group(workload: str) -> str:
+    return "open-ended" if workload in corpora.DOMAINS else "repetitive"
 
 
 def main() -> int:
@@ -183,30 +251,38 @@ def main() -> int:
     ap.add_argument("--target", help="eager systems' target folder (default: Gemma-3-270M)")
     ap.add_argument("--no-eager", action="store_true", help="only the bundles")
     ap.add_argument("--bundle", action="append", default=[], help="DIR or DIR:backend (default: every backend it has)")
-    ap.add_argument("--warmup", type=int, default=8, help="warm-up prompts per domain (adapt split)")
-    ap.add_argument("--prompts", type=int, default=4, help="measured prompts per domain (eval split)")
-    ap.add_argument("--max-new-tokens", type=int, default=40)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated domains and workloads")
+    ap.add_argument("--warmup", type=int, default=8, help="warm-up prompts per workload (adapt split)")
+    ap.add_argument("--prompts", type=int, default=4, help="measured prompts per workload (eval split)")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--max-context", type=int, default=512, help="eager systems' target context")
     ap.add_argument("--draft-len", type=int, default=4, help="k of the fixed-length methods")
     ap.add_argument("--cap", type=int, default=8, help="longest draft of 'auto' (bundles: at most their maximum)")
     ap.add_argument("--gamma", type=float, default=0.5)
     ap.add_argument("--adapt-lr", type=float, default=3e-4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--prompt-chars", type=int, default=600, help="longest prompt text")
-    ap.add_argument("--no-peers", dest="peers", action="store_false", help="skip Hugging Face generate()")
+    ap.add_argument("--prompt-chars", type=int, default=1200, help="longest prompt text")
+    ap.add_argument("--extended", action="store_true",
+                    help="also fixed k with/without the n-gram cache, LoRA-adapted, and the Hugging Face peers")
+    ap.add_argument("--no-peers", dest="peers", action="store_false", help="with --extended: skip Hugging Face")
     args = ap.parse_args()
+    args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in args.workloads if w not in WORKLOADS]
+    if unknown:
+        ap.error(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
     torch.set_num_threads(args.threads)
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 
-    chosen = [s for s in systems(args) if not (args.no_eager and s[0].startswith("eager"))]
+    chosen = systems(args)
     result = {"command": " ".join(["benchmarks/suite.py", *sys.argv[1:]]), "threads": args.threads,
               "date": time.strftime("%Y-%m-%d"), "warmup": args.warmup, "prompts": args.prompts,
               "max_new_tokens": args.max_new_tokens, "draft_len": args.draft_len, "cap": args.cap,
-              "gamma": args.gamma, "systems": []}
-    per_system = (args.warmup + args.prompts) * len(corpora.DOMAINS)
+              "gamma": args.gamma, "workloads": args.workloads, "systems": []}
+    per_system = (args.warmup + args.prompts) * len(args.workloads)
     with tqdm(total=per_system * len(chosen), file=sys.stderr, unit="prompt", dynamic_ncols=True) as bar:
         for label, load in chosen:
             bar.set_description(label)
@@ -231,36 +307,45 @@ def _fmt(x, spec=".2f", suffix=""):
 
 def render_table(r: dict) -> str:
     lines = [
-        f"Benchmark suite, greedy, {r['max_new_tokens']} new tokens, {r['threads']} threads, {r['date']}: per domain "
-        f"(code, prose, chat) {r['warmup']} warm-up prompts (cache, head and LoRA learn), then {r['prompts']} measured "
-        f"prompts, all methods interleaved prompt by prompt. Speedup is against the same system's target-only "
-        f"decoding; ceiling = (1 - a^(k+1)) / ((1 - a)(k c + 1)) at the measured acceptance a, mean draft length k "
-        f"and cost ratio c. Command: `{r['command']}`.",
+        f"Benchmark suite, greedy, {r['max_new_tokens']} new tokens, {r['threads']} threads, {r['date']}: per workload "
+        f"{r['warmup']} warm-up prompts (n-gram cache, acceptance head and lookup scorer learn; the texts join the "
+        f"lookup history), then {r['prompts']} measured prompts, all methods interleaved prompt by prompt. Speedup is "
+        f"against the same system's target-only decoding. Lookup share: share of the output tokens that were "
+        f"accepted lookup proposals. Lookup cost: mean index query per round, as a share of a target step. Ceiling "
+        f"(drafter rows) = (1 - a^(k+1)) / ((1 - a)(k c + 1)) at the measured acceptance a, mean draft length k and "
+        f"cost ratio c. Command: `{r['command']}`.",
         "",
-        "| system | c | method | tok/s | vs target-only | tokens / target call | acceptance | mean draft len | "
-        "ceiling | outputs differing |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| system | c | workloads | method | tok/s | vs target-only | tokens / target call | acceptance | "
+        "lookup share | lookup cost | ceiling | outputs differing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in r["systems"]:
-        for name, m in s["overall"].items():
-            flag = " **(differ!)**" if m["outputs_differing"] else ""
-            lines.append(f"| {s['system']} | {s['cost_ratio_c']:.2f} | {name} | {m['tokens_per_s']:.2f} | "
-                         f"{m['speedup']:.2f}x | {_fmt(m['tokens_per_target_call'])} | {_fmt(m['acceptance_rate'])} | "
-                         f"{_fmt(m['mean_draft_len'] or None)} | {_fmt(m.get('ceiling'), '.2f', 'x')} | "
-                         f"{m['outputs_differing']}{flag} |")
-    lines += ["", "Per domain, tok/s (vs target-only):", "",
-              "| system | method | " + " | ".join(corpora.DOMAINS) + " |", "|---|---|" + "---|" * len(corpora.DOMAINS)]
+        for group, rows in s["groups"].items():
+            for name, m in rows.items():
+                flag = " **(differ!)**" if m["outputs_differing"] else ""
+                cost = m.get("lookup_query_ms")
+                cost = f"{cost:.2f} ms ({100 * cost / s['target_step_ms']:.2f}%)" if cost is not None else "-"
+                lines.append(f"| {s['system']} | {s['cost_ratio_c']:.2f} | {group} | {name} | {m['tokens_per_s']:.2f} | "
+                             f"{m['speedup']:.2f}x | {_fmt(m['tokens_per_target_call'])} | {_fmt(m['acceptance_rate'])} | "
+                             f"{m['lookup_share']:.2f} | {cost} | {_fmt(m.get('ceiling'), '.2f', 'x')} | "
+                             f"{m['outputs_differing']}{flag} |")
+    workloads = r["workloads"]
+    lines += ["", "Per workload, tok/s (vs target-only):", "",
+              "| system | method | " + " | ".join(workloads) + " |", "|---|---|" + "---|" * len(workloads)]
     for s in r["systems"]:
-        for name in s["overall"]:
-            cells = [f"{d['methods'][name]['tokens_per_s']:.2f} ({d['methods'][name]['speedup']:.2f}x)"
-                     for d in s["domains"].values()]
+        names = list(next(iter(s["workloads"].values()))["methods"]) if s["workloads"] else []
+        for name in names:
+            cells = []
+            for w in workloads:
+                m = s["workloads"].get(w, {}).get("methods", {}).get(name)
+                cells.append(f"{m['tokens_per_s']:.2f} ({m['speedup']:.2f}x)" if m and m["speedup"] else "-")
             lines.append(f"| {s['system']} | {name} | " + " | ".join(cells) + " |")
-    adapted = [(s, dom, d["adaptation"]) for s in r["systems"] for dom, d in s["domains"].items() if d["adaptation"]]
+    adapted = [(s, w, d["adaptation"]) for s in r["systems"] for w, d in s["workloads"].items() if d["adaptation"]]
     if adapted:
         lines += ["", "LoRA updates during the warm-ups (paused while measuring):", "",
-                  "| system | domain | updates (rolled back) | s / step |", "|---|---|---|---|"]
-        for s, dom, a in adapted:
-            lines.append(f"| {s['system']} | {dom} | {a['updates']} ({a['rollbacks']}) | {a['seconds_per_step']:.1f} |")
+                  "| system | workload | updates (rolled back) | s / step |", "|---|---|---|---|"]
+        for s, w, a in adapted:
+            lines.append(f"| {s['system']} | {w} | {a['updates']} ({a['rollbacks']}) | {a['seconds_per_step']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -272,29 +357,32 @@ def plot(r: dict, path: Path) -> None:
 
     from omnidraft.atomic import write_bytes_atomic
 
-    systems_ = r["systems"]
-    cols = min(3, len(systems_))
-    rows = -(-len(systems_) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.5 * rows), squeeze=False)
-    for ax in axes.flat[len(systems_):]:
+    panels = [(s, group) for s in r["systems"] for group in s["groups"]]
+    if not panels:
+        return
+    cols = min(2, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-    for ax, s in zip(axes.flat, systems_):
-        names = list(s["overall"])
+    for ax, (s, group) in zip(axes.flat, panels):
+        methods = s["groups"][group]
+        names = list(methods)
         y = range(len(names))
-        ax.barh(list(y), [s["overall"][n]["speedup"] for n in names], color="tab:blue", label="measured")
-        ceil = [(i, s["overall"][n]["ceiling"]) for i, n in enumerate(names) if "ceiling" in s["overall"][n]]
+        ax.barh(list(y), [methods[n]["speedup"] for n in names], color="tab:blue", label="measured")
+        ceil = [(i, methods[n]["ceiling"]) for i, n in enumerate(names) if "ceiling" in methods[n]]
         if ceil:
-            ax.plot([v for _, v in ceil], [i for i, _ in ceil], "k|", markersize=14, label="analytic ceiling")
+            ax.plot([v for _, v in ceil], [i for i, _ in ceil], "k|", markersize=14, label="analytic ceiling (drafter)")
         ax.axvline(1.0, color="black", lw=0.8)
         ax.set_yticks(list(y), names)
         ax.invert_yaxis()
-        ax.set(title=f"{s['system']} (c = {s['cost_ratio_c']:.2f})", xlabel="speedup vs target-only")
+        ax.set(title=f"{s['system']}: {group} (c = {s['cost_ratio_c']:.2f})", xlabel="speedup vs target-only")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper right")
     fig.suptitle(f"greedy, {r['max_new_tokens']} new tokens, {r['threads']} threads, {r['date']}")
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    fig.savefig(tmp, dpi=100)
     plt.close(fig)
     write_bytes_atomic(path, tmp.read_bytes())
     tmp.unlink()

