@@ -6,8 +6,9 @@ writes DIR/tokenizers.json (both default tokenizers: fingerprints, encode and
 byte spellings of varied text), DIR/ngram_cache.json (a sequence of cache
 operations and what each returned), DIR/bridge.json (draft runs of the real
 pair turned into target proposals through a learned cache) and DIR/verify.json
-(greedy and sampling decisions from given logits and given uniform draws) and
-DIR/training.json (a LoRA training example and its padded window). The
+(greedy and sampling decisions from given logits and given uniform draws),
+DIR/training.json (a LoRA training example and its padded window) and
+DIR/lookup.json (lookup's history index, continuations, scorer and prefix choice). The
 Java side must match every value exactly.
 """
 
@@ -134,8 +135,10 @@ def verify_vectors(rng) -> dict:
                 draft = [int(rng.choice(vocab, p=d)) for d in dists]
                 q = [float(d[t]) for d, t in zip(dists, draft)]
             prop = bridge.propose(draft, np.array(q), None, max_tokens=m)
+            if not sampler.greedy:
+                prop.q_dist = lambda j, v, prop=prop, dists=dists: bridge.proposal_distribution(prop, j, dists, v)
             uniforms = Uniforms(rng.random(m + 2))
-            n, nxt = verify(prop, target_logits.astype(np.float32), sampler, uniforms, bridge, dists)
+            n, nxt = verify(prop, target_logits.astype(np.float32), sampler, uniforms)
             cases.append({"temperature": temperature, "top_p": top_p, "draft": draft,
                           "draft_logits": draft_logits.tolist(), "target_logits": target_logits.astype(np.float32).tolist(),
                           "uniforms": uniforms.values, "accepted": n, "next": nxt, "uniforms_used": uniforms.used})
@@ -170,13 +173,65 @@ def training_vectors(vocabs: dict, window: int = 48) -> dict:
             "kl_target_head": kl_target[:, :8].tolist(), "kl_target_sum": float(kl_target.astype(np.float64).sum())}
 
 
+LOOKUP_DOCS = [
+    "id,user,city\n1,ana,paris\n2,ben,rome\n3,chen,oslo\n",
+    "def area(r):\n    return 3.14159 * r * r\n\ndef perimeter(r):\n    return 2 * 3.14159 * r\n",
+    "Dear Ana,\n\nThank you for your order. It has shipped.\n\nBest regards,\nThe shop",
+    " And a second turn of the same chat, café 中文.",
+    "Dear Ben,\n\nThank you for your order. It will ship soon.\n\nBest regards,\nThe shop",
+    "4,dara,lima\n5,eli,kyiv\n6,fatima,cairo\n",
+]
+LOOKUP_QUERIES = [
+    "Dear Chen,\n\nThank you for your",
+    "id,user,city\n1,ana,paris\n2,",
+    "def volume(r):\n    return 3.14159 *",
+    "x = 1\ny = 2\nx = 1\ny =",
+    "nothing here matches ζ",
+    "The shop",
+]
+
+
+def lookup_vectors(vocabs: dict) -> dict:
+    """The lookup index, walk, scorer and hybrid prefix choice on the real target tokenizer's ids."""
+    from .runtime.hybrid import best_prefix
+    from .runtime.lookup import HistoryIndex, find_candidates
+    from .runtime.lookup_proposer import LookupScorer
+
+    tv = vocabs["target"]
+    enc = lambda text: tv.encode_bytes(text.encode(), lenient=True)  # noqa: E731
+    history = HistoryIndex(max_tokens=90)  # small: the oldest documents are dropped along the way
+    ops = []
+    for i, text in enumerate(LOOKUP_DOCS):
+        extend = i == 3  # a chat's next turn
+        history.add(enc(text), extend_last=extend)
+        ops.append({"tokens": enc(text), "extend": extend, "kept": [d.tokens.tolist() for d in history.docs]})
+    scorer = LookupScorer()
+    queries = []
+    for text in LOOKUP_QUERIES:
+        seq = enc(text)
+        for budget, hist in ((1, True), (4, True), (16, True), (16, False)):
+            c = find_candidates(seq, history if hist else None, budget)
+            case = {"seq": seq, "budget": budget, "history": hist, "tokens": c.tokens, "frequency": c.frequency,
+                    "support": c.support, "match": c.match, "source": c.source}
+            if len(c):
+                x = scorer.features(c)
+                case["probs"] = scorer.probs(x).tolist()
+                labels = [float(j % 3 != 2) for j in range(len(c))]
+                scorer.learn(x, np.array(labels))
+                case["labels"], case["weights_after"] = labels, scorer.weights.tolist()
+                value, m = best_prefix(np.array(case["probs"]), lambda n: 0.05 + 0.011 * (n - 1))
+                case["best_prefix"] = {"a": 0.05, "b": 0.011, "value": value, "m": m}
+            queries.append(case)
+    return {"max_tokens": 90, "ops": ops, "queries": queries}
+
+
 def write_all(out: Path) -> None:
     vocabs = {role: Vocab.from_tokenizer(load_tokenizer(resolve_model_path(None, default)))
               for role, default in (("drafter", DEFAULT_DRAFTER), ("target", DEFAULT_TARGET))}
     rng = np.random.default_rng(0)
     files = {"tokenizers.json": tokenizer_vectors(vocabs), "ngram_cache.json": cache_vectors(rng),
              "bridge.json": bridge_vectors(vocabs), "verify.json": verify_vectors(rng),
-             "training.json": training_vectors(vocabs)}
+             "training.json": training_vectors(vocabs), "lookup.json": lookup_vectors(vocabs)}
     for name, data in files.items():
         write_bytes_atomic(Path(out) / name, json.dumps(data, ensure_ascii=False).encode("utf-8"))
 

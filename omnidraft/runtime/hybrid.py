@@ -69,6 +69,17 @@ class CallCosts:
                 "drafter_call_ms": None if self.drafter_call() is None else 1000 * self.drafter_call()}
 
 
+def best_prefix(probs: np.ndarray, target_cost) -> tuple[float, int]:
+    """The lookup prefix with the most expected tokens per second: (tokens per second, its length m).
+
+    m tokens verified in one call of m + 1 tokens give 1 + E_m tokens, E_m = sum_i prod_{j<=i} P_j.
+    """
+    gains = 1.0 + expected_accepted(np.asarray(probs, dtype=np.float64))
+    values = gains / np.array([target_cost(m + 1) for m in range(1, len(gains) + 1)])
+    i = int(np.argmax(values))
+    return float(values[i]), i + 1
+
+
 class Hybrid:
     def __init__(self, lookup: LookupProposer | None, drafting: DraftModel | None, costs: CallCosts | None = None,
                  explore_every: int = 32):
@@ -103,11 +114,9 @@ class Hybrid:
         if self.lookup is not None:
             tokens, probs = self.lookup.candidates(seq, budget)
             if tokens:
-                lengths = np.arange(1, len(tokens) + 1)
-                values = (1.0 + expected_accepted(probs)) / np.array([T(n + 1) for n in lengths])
-                i = int(np.argmax(values))
-                if values[i] > best:
-                    best, choice, m = float(values[i]), LOOKUP, int(lengths[i])
+                value, length = best_prefix(probs, T)
+                if value > best:
+                    best, choice, m = value, LOOKUP, length
         if self.drafting is not None:
             explore = self._idle >= self.explore_every and choice != LOOKUP
             if explore or self._drafter_value() > best:

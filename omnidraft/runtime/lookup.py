@@ -30,7 +30,8 @@ import numpy as np
 
 SEP = -1  # between documents; never equal to a token, so no match or walk crosses it
 MAX_MATCH = 32  # longest suffix compared
-MAX_OCCURRENCES = 4096  # the most recent occurrences of a match that are walked
+MAX_CANDIDATES = 16_384  # the most recent occurrences of the last tokens that are compared further back
+MAX_OCCURRENCES = 4096  # the most recent occurrences of the longest match that are walked
 REBUILD_AFTER = 65_536  # tokens added since the last index build that trigger a rebuild
 
 
@@ -67,7 +68,7 @@ def match_in(tokens: np.ndarray, suffix: np.ndarray) -> tuple[np.ndarray, int]:
     ends = np.flatnonzero((tokens[:-1] == suffix[-1]) & (tokens[1:] != SEP))
     if not len(ends):
         return ends, 0
-    return _extend(tokens, ends, suffix, 1)
+    return _extend(tokens, ends[-MAX_CANDIDATES:], suffix, 1)
 
 
 def walk(tokens: np.ndarray, ends: np.ndarray, budget: int, out: Candidates) -> Candidates:
@@ -111,18 +112,22 @@ class Doc:
 
 
 class HistoryIndex:
-    """Past documents, bounded to `max_tokens` (oldest dropped first)."""
+    """Past documents, bounded to `max_tokens` (oldest dropped first), joined into one token array.
+
+    Positions before `_indexed_len` are in the bigram index; documents added since its last
+    build are searched by brute force until they pass REBUILD_AFTER tokens. Either way a
+    query sees exactly what a brute-force search of the whole array would.
+    """
 
     def __init__(self, max_tokens: int = 1_000_000):
         if max_tokens < 0:
             raise ValueError("history size must be >= 0")
         self.max_tokens = max_tokens
         self.docs: list[Doc] = []
-        self._indexed = 0  # docs covered by the bigram index; the rest are searched by brute force
-        self._tokens = np.zeros(0, dtype=np.int32)
+        self._tokens = np.zeros(0, dtype=np.int32)  # every document, each followed by SEP
+        self._indexed_len = 0
         self._keys = np.zeros(0, dtype=np.int64)
         self._ends = np.zeros(0, dtype=np.int64)
-        self._tail = np.zeros(0, dtype=np.int32)
 
     def __len__(self) -> int:
         return sum(len(d.tokens) for d in self.docs)
@@ -131,24 +136,28 @@ class HistoryIndex:
         """A new document, or (extend_last) more tokens of the newest one (a chat's next turn)."""
         tokens = np.asarray(tokens, dtype=np.int32)
         if extend_last and self.docs:
-            if len(self.docs) <= self._indexed:  # the index holds the old version: rebuild
-                self._indexed = 0
             last = self.docs.pop()
             doc = Doc(np.concatenate([last.tokens, tokens]), last.id, last.created)
+            start = len(self._tokens) - len(last.tokens) - 1
+            self._tokens = self._tokens[:start]  # the newest document is the end of the array
+            if start < self._indexed_len:  # the index holds the old version
+                self._build()
         else:
             doc = Doc(tokens, int(np.random.default_rng().integers(1, 2**62)), time.time())
         if len(doc.tokens) < 2:
             return None
         self.docs.append(doc)
-        self._trim()
-        self._refresh()
+        if len(self) > self.max_tokens:
+            self._trim()
+            self._rejoin()
+        else:
+            self._append(doc.tokens)
         return doc
 
     def replace(self, docs: list[Doc]) -> None:
         self.docs = [d for d in docs if len(d.tokens) >= 2]
-        self._indexed = 0
         self._trim()
-        self._refresh()
+        self._rejoin()
 
     def _trim(self) -> None:
         total = len(self)
@@ -156,47 +165,49 @@ class HistoryIndex:
         while total > self.max_tokens and drop < len(self.docs):
             total -= len(self.docs[drop].tokens)
             drop += 1
-        if drop:
-            del self.docs[:drop]
-            self._indexed = 0
+        del self.docs[:drop]
 
-    def _refresh(self) -> None:
-        tail = [d.tokens for d in self.docs[self._indexed :]]
-        if self._indexed == 0 or sum(len(d) for d in tail) > REBUILD_AFTER:
+    def _append(self, tokens: np.ndarray) -> None:
+        self._tokens = np.concatenate([self._tokens, tokens, np.array([SEP], dtype=np.int32)])
+        if len(self._tokens) - self._indexed_len > REBUILD_AFTER:
             self._build()
-        else:
-            self._tail = _joined(tail)
+
+    def _rejoin(self) -> None:
+        self._tokens = _joined([d.tokens for d in self.docs])
+        self._build()
 
     def _build(self) -> None:
         """The bigram index: key (t[i-1], t[i]) for every position i that ends two tokens and has one after it."""
-        t = _joined([d.tokens for d in self.docs]).astype(np.int64)
-        self._tokens = t.astype(np.int32)
+        t = self._tokens.astype(np.int64)
         if len(t) >= 3:
             keys = (t[:-2] << 32) | (t[1:-1] & 0xFFFFFFFF)
             ok = (t[:-2] != SEP) & (t[1:-1] != SEP) & (t[2:] != SEP)
             ends = np.flatnonzero(ok) + 1
-            keys = keys[ok]
-            order = np.argsort(keys, kind="stable")  # equal keys keep position order (recent last)
-            self._keys, self._ends = keys[order], ends[order]
+            order = np.argsort(keys[ok], kind="stable")  # equal keys keep position order (recent last)
+            self._keys, self._ends = keys[ok][order], ends[order]
         else:
             self._keys = self._ends = np.zeros(0, dtype=np.int64)
-        self._indexed = len(self.docs)
-        self._tail = np.zeros(0, dtype=np.int32)
+        self._indexed_len = len(t)
 
     def match(self, suffix: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-        """(tokens, occurrence ends, match length) of the longer match: indexed part or recent tail."""
-        best = (self._tokens, np.zeros(0, dtype=np.int64), 0)
-        if len(suffix) >= 2 and len(self._keys):
+        """(tokens, ends, length): every occurrence of the longest suffix (>= 2 tokens) with a token after it."""
+        t = self._tokens
+        if len(suffix) < 2 or len(t) < 3:
+            return t, np.zeros(0, dtype=np.int64), 0
+        parts = []
+        if len(self._keys):
             key = (int(suffix[-2]) << 32) | (int(suffix[-1]) & 0xFFFFFFFF)
             lo, hi = np.searchsorted(self._keys, [key, key + 1])
-            if hi > lo:
-                ends, length = _extend(self._tokens, self._ends[lo:hi], suffix, 2)
-                best = (self._tokens, ends, length)
-        if len(self._tail) >= 2:
-            ends, length = match_in(self._tail, suffix)
-            if length >= 2 and length >= best[2]:
-                best = (self._tail, ends, length)
-        return best
+            parts.append(self._ends[lo:hi])
+        tail = t[max(self._indexed_len - 1, 0) :]
+        if len(tail) >= 3:
+            hit = (tail[1:-1] == suffix[-1]) & (tail[:-2] == suffix[-2]) & (tail[2:] != SEP)
+            parts.append(np.flatnonzero(hit) + 1 + max(self._indexed_len - 1, 0))
+        ends = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if not len(ends):
+            return t, ends, 0
+        ends, length = _extend(t, ends[-MAX_CANDIDATES:], suffix, 2)
+        return t, ends, length
 
 
 def _joined(docs: list[np.ndarray]) -> np.ndarray:

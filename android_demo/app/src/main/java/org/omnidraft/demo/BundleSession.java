@@ -11,7 +11,10 @@ import java.util.Map;
 import java.util.Set;
 import org.omnidraft.core.AcceptanceHead;
 import org.omnidraft.core.DraftLength;
+import org.omnidraft.core.Hybrid;
 import org.omnidraft.core.Json;
+import org.omnidraft.core.Lookup;
+import org.omnidraft.core.LookupScorer;
 import org.omnidraft.core.NGramCache;
 import org.omnidraft.core.OnlineHead;
 import org.omnidraft.core.Sampler;
@@ -47,9 +50,15 @@ public final class BundleSession {
     public final Set<Integer> chatEos = new HashSet<>();
     private final File cacheFile;
 
+    // Lookup: continuations from the conversation and this session's earlier replies, under the hybrid policy
+    // (its call-time estimates and scorer keep learning across replies).
+    public final Lookup lookup = new Lookup(1_000_000);
+    private final LookupScorer scorer = new LookupScorer();
+    private final Hybrid hybrid = new Hybrid();
+
     public static final class Reply {
         public String text;
-        public int tokens, targetCalls, drafted, accepted;
+        public int tokens, targetCalls, drafted, accepted, lookupAccepted;
         public double seconds;
     }
 
@@ -141,15 +150,24 @@ public final class BundleSession {
         return ids;
     }
 
-    /** One greedy reply; `speculative` off runs the target alone (the baseline), `learn` trains cache and head. */
+    /**
+     * One greedy reply; `speculative` off runs the target alone (the baseline), `learn` trains cache and head,
+     * `useLookup` adds lookup proposals (hybrid with the drafter).
+     */
     public Reply reply(String message, int maxNew, boolean speculative, boolean learn, boolean autoDraftLen,
-                       java.util.function.IntConsumer onToken) {
+                       boolean useLookup, java.util.function.IntConsumer onToken) {
         List<Integer> prompt = chatPrompt(message);
         SpeculativeLoop loop = new SpeculativeLoop(target, speculative ? drafter : null, bridge, List.of(),
                 learn ? cache : null);
         loop.onToken = onToken;
         loop.onlineHead = learn ? onlineHead : null;
         loop.collectExample = learn && trainer != null;
+        if (speculative && useLookup) {
+            loop.lookup = lookup;
+            loop.scorer = scorer;
+            loop.hybrid = hybrid;
+            loop.useHistory = learn;
+        }
         DraftLength length = autoDraftLen && head != null
                 ? new DraftLength(DraftLength.Policy.AUTO, 4, maxDraftLen, 0.5)
                 : new DraftLength(DraftLength.Policy.FIXED, Math.min(4, maxDraftLen), maxDraftLen, 0.5);
@@ -163,6 +181,7 @@ public final class BundleSession {
         out.targetCalls = r.targetCalls;
         out.drafted = r.drafted;
         out.accepted = r.accepted;
+        out.lookupAccepted = r.lookupAccepted;
         if (learn && onlineHead != null) onlineHead.update(30, 0.03, 0.1);
         if (loop.lastExample != null && !loop.lastExample.isEmpty()) adapt(loop.lastExample);
         return out;

@@ -18,6 +18,7 @@ import java.util.concurrent.Executors
  * A chat screen over an OmniDraft bundle pushed to the app's storage (see android_demo/README.md):
  * replies stream as tokens are accepted; the status line shows tokens/s, tokens per target call
  * and acceptance; switches turn speculative decoding (off = the target alone, the baseline),
+ * lookup proposals (continuations from the conversation and earlier replies, hybrid with the drafter),
  * online learning (n-gram cache + acceptance head) and adaptive draft length on and off.
  */
 class MainActivity : Activity() {
@@ -30,6 +31,7 @@ class MainActivity : Activity() {
     private lateinit var speculative: Switch
     private lateinit var learn: Switch
     private lateinit var autoLen: Switch
+    private lateinit var lookup: Switch
 
     override fun onCreate(savedInstanceState: Bundle?) {
         super.onCreate(savedInstanceState)
@@ -38,6 +40,7 @@ class MainActivity : Activity() {
         speculative = Switch(this).apply { text = "speculative decoding"; isChecked = true }
         learn = Switch(this).apply { text = "learn online (n-gram cache, acceptance head, LoRA)"; isChecked = true }
         autoLen = Switch(this).apply { text = "adaptive draft length"; isChecked = true }
+        lookup = Switch(this).apply { text = "lookup proposals (context and history)"; isChecked = true }
         transcript = TextView(this).apply { textSize = 16f }
         val scroll = ScrollView(this).apply { addView(transcript) }
         input = EditText(this).apply { hint = "message" }
@@ -46,6 +49,7 @@ class MainActivity : Activity() {
         root.addView(speculative)
         root.addView(learn)
         root.addView(autoLen)
+        root.addView(lookup)
         root.addView(scroll, LinearLayout.LayoutParams(MATCH_PARENT, 0, 1f))
         root.addView(input, LinearLayout.LayoutParams(MATCH_PARENT, WRAP_CONTENT))
         root.addView(send)
@@ -78,9 +82,10 @@ class MainActivity : Activity() {
         val spec = speculative.isChecked
         val learning = learn.isChecked
         val auto = autoLen.isChecked
+        val useLookup = lookup.isChecked
         worker.execute {
             val pending = ByteArrayOutputStream() // token bytes not yet a complete UTF-8 character
-            val reply = s.reply(message, 128, spec, learning, auto) { token ->
+            val reply = s.reply(message, 128, spec, learning, auto, useLookup) { token ->
                 pending.write(s.targetTok.tokenBytes[token])
                 val bytes = pending.toByteArray()
                 val complete = completeUtf8(bytes)
@@ -97,8 +102,8 @@ class MainActivity : Activity() {
             val acceptance = if (reply.drafted > 0) reply.accepted.toDouble() / reply.drafted else 0.0
             runOnUiThread {
                 status.text = String.format(
-                    "%s: %.2f tok/s, %.2f tokens/target call, acceptance %.2f, n-gram cache %d%s",
-                    if (spec) "speculative" else "target only", tps, perCall, acceptance, s.cache.size(),
+                    "%s: %.2f tok/s, %.2f tokens/target call, acceptance %.2f, %d tokens from lookup, n-gram cache %d%s",
+                    if (spec) "speculative" else "target only", tps, perCall, acceptance, reply.lookupAccepted, s.cache.size(),
                     if (s.trainer != null) String.format(", LoRA steps %d (loss %.3f)", s.trainer.steps, s.lastLoss) else ""
                 )
                 send.isEnabled = true

@@ -6,13 +6,15 @@ import java.util.Set;
 import java.util.function.DoubleSupplier;
 
 /**
- * The draft-verify loop (omnidraft/runtime/decoding.py): tokens -> draft -> bridge -> verify ->
- * accept -> cache/resync. With temperature 0 the output is the target's own greedy output.
+ * The propose-verify loop (omnidraft/runtime/decoding.py): tokens -> propose (the drafter through the
+ * bridge, or a lookup continuation under the hybrid policy) -> verify -> accept -> learn (n-gram
+ * cache, acceptance head, lookup scorer and history) -> resync. With temperature 0 the output is the
+ * target's own greedy output, whoever proposed.
  */
 public final class SpeculativeLoop {
     public static final class Result {
         public final List<Integer> tokens = new ArrayList<>();
-        public int targetCalls, drafterCalls, drafted, accepted;
+        public int targetCalls, drafterCalls, drafted, accepted, lookupProposed, lookupAccepted;
 
         public double tokensPerTargetCall() {
             return tokens.size() / (double) Math.max(targetCalls, 1);
@@ -27,6 +29,13 @@ public final class SpeculativeLoop {
     public java.util.function.IntConsumer onToken; // each emitted target token, as it is accepted (streaming)
     public OnlineHead onlineHead; // learns the drafter graph's acceptance head from every verified round
     public boolean collectExample; // build lastExample from each generation, for a LoRA step
+    // Lookup (null: the drafter proposes every round): continuations from the context and, with
+    // useHistory, past generations; the hybrid policy picks lookup, the drafter or nothing each round.
+    public Lookup lookup;
+    public LookupScorer scorer = new LookupScorer();
+    public Hybrid hybrid = new Hybrid();
+    public boolean useHistory = true;
+    public int maxLookup = 16;
     public TrainingExample lastExample;
     private final List<float[]> draftFeatures = new ArrayList<>();
 
@@ -56,6 +65,16 @@ public final class SpeculativeLoop {
         TrainingExample example = collectExample && speculative ? new TrainingExample(bridge, new ArrayList<>(draftSeq)) : null;
         lastExample = example;
         prefill(target, seq);
+        try {
+            return loop(r, seq, draftSeq, example, maxNew, length, sampler, rng, eosIds);
+        } finally {
+            if (lookup != null && useHistory) lookup.remember(seq);
+        }
+    }
+
+    private Result loop(Result r, List<Integer> seq, List<Integer> draftSeq, TrainingExample example, int maxNew,
+                        DraftLength length, Sampler sampler, DoubleSupplier rng, Set<Integer> eosIds) {
+        boolean speculative = drafter != null;
         while (true) {
             int room = target.maxContext - seq.size();
             if (room < 0) break;
@@ -64,23 +83,50 @@ public final class SpeculativeLoop {
             List<Integer> draftIds = new ArrayList<>();
             List<double[]> draftProbs = new ArrayList<>();
             draftFeatures.clear();
-            if (speculative && maxProps > 0 && !draftSeq.isEmpty()) {
+            // propose: a lookup prefix, the drafter, or nothing (the hybrid policy); the drafter alone without lookup
+            Lookup.Candidates cands = null;
+            double[][] x = null;
+            int choice = Hybrid.DRAFTER, lookupLen = 0;
+            if (lookup != null && maxProps > 0) {
+                cands = lookup.find(seq, Math.min(maxProps, maxLookup), useHistory);
+                x = LookupScorer.features(cands);
+                int[] decision = hybrid.choose(scorer.probs(x), speculative && !draftSeq.isEmpty());
+                choice = decision[0];
+                lookupLen = decision[1];
+            }
+            int start = seq.size(), drafterCallsBefore = r.drafterCalls;
+            long draftNanos = 0;
+            if (choice == Hybrid.LOOKUP) {
+                prop = Proposal.lookup(cands.tokens.subList(0, lookupLen));
+            } else if (choice == Hybrid.DRAFTER && speculative && maxProps > 0 && !draftSeq.isEmpty()) {
                 int k = Math.min(Math.min(length.budget(), drafter.maxContext - draftSeq.size() + 1), maxProps);
                 if (k > 0) {
+                    long t0 = System.nanoTime();
                     double[] q = draft(draftSeq, k, length, sampler, rng, draftIds, draftProbs, r);
                     prop = bridge.propose(draftIds, q, cache, maxProps);
+                    draftNanos = System.nanoTime() - t0;
                 }
             }
             int m = prop.size();
             List<Integer> input = new ArrayList<>(seq.subList(target.position(), seq.size()));
             input.addAll(prop.targetIds);
+            long t0 = System.nanoTime();
             float[][] logits = target.forward(input, target.position(), m + 1);
+            double targetSeconds = (System.nanoTime() - t0) / 1e9;
             r.targetCalls++;
             int[] verdict = Verifier.verify(prop, logits, sampler, rng, bridge, draftProbs);
             int n = verdict[0];
             r.drafted += m;
             r.accepted += n;
-            length.observe(m, n);
+            if (choice == Hybrid.LOOKUP) {
+                r.lookupProposed += m;
+                r.lookupAccepted += n;
+            }
+            if (lookup != null) {
+                hybrid.observeTarget(input.size(), targetSeconds);
+                if (!draftIds.isEmpty()) hybrid.observeDrafter(r.drafterCalls - drafterCallsBefore, draftNanos / 1e9, n, m);
+            }
+            if (!draftIds.isEmpty()) length.observe(m, n);
             if (onlineHead != null && !draftIds.isEmpty() && sampler.greedy()) {
                 onlineHead.observe(draftFeatures, OnlineHead.greedyLabels(prop, logits, draftIds.size()));
             }
@@ -89,6 +135,7 @@ public final class SpeculativeLoop {
             if (example != null) example.add(committed, java.util.Arrays.copyOf(logits, n + 1));
             target.rollback(seq.size() + n);
             seq.addAll(committed);
+            if (cands != null) judge(cands, x, start, seq);
             if (speculative) afterRound(draftSeq, draftIds, prop, n, verdict[1], committed);
             for (int t : committed) {
                 if (eosIds.contains(t)) return r;
@@ -98,6 +145,18 @@ public final class SpeculativeLoop {
             }
         }
         return r;
+    }
+
+    /** The scorer learns from each continuation token the target committed at its place, up to the first miss. */
+    private void judge(Lookup.Candidates c, double[][] x, int start, List<Integer> seq) {
+        int judged = 0;
+        double[] labels = new double[c.size()];
+        for (int j = 0; j < c.size() && start + j < seq.size(); j++) {
+            labels[j] = seq.get(start + j).equals(c.tokens.get(j)) ? 1.0 : 0.0;
+            judged++;
+            if (labels[j] == 0.0) break;
+        }
+        if (judged > 0) scorer.learn(java.util.Arrays.copyOf(x, judged), java.util.Arrays.copyOf(labels, judged));
     }
 
     /** Up to k draft tokens; stops at a special token or when the draft-length policy says so. */
@@ -136,12 +195,16 @@ public final class SpeculativeLoop {
     private void afterRound(List<Integer> draftSeq, List<Integer> draftIds, Proposal prop, int n, int next,
                             List<Integer> committed) {
         if (cache != null && !bridge.identity) {
-            for (int j = 0; j < n; j++) {
+            for (int j = 0; j < (draftIds.isEmpty() ? 0 : n); j++) {
                 if (prop.kind.get(j).equals(Proposal.NGRAM)) {
                     cache.recordAccepted(draftIds.subList(prop.draftStart.get(j), prop.draftEnd.get(j)));
                 }
             }
             bridge.learn(cache, committed);
+        }
+        if (draftIds.isEmpty() && prop.size() > 0) { // lookup proposed: the drafter reads the text when it next drafts
+            draftSeq.addAll(bridge.identity ? committed : bridge.draft.encodeBytes(bridge.target.decodeBytes(committed), true));
+            return;
         }
         Object[] rs = bridge.resync(draftIds, prop, n, next);
         int kept = (Integer) rs[0];

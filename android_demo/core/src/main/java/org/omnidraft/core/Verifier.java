@@ -6,7 +6,8 @@ import java.util.function.DoubleSupplier;
 /**
  * Which proposed target tokens the target accepts, and the token it adds (omnidraft/runtime/verify.py).
  * Greedy: accept while the target's argmax agrees, then emit its argmax: the output is the
- * target's own greedy output. Sampling: accept with min(1, p/q'), else sample the residual.
+ * target's own greedy output. Sampling: accept with min(1, p/q'), else sample the residual (for a
+ * lookup token, a point mass: accepted with p(t), else drawn from p without t, exactly lossless).
  */
 public final class Verifier {
     private Verifier() {}
@@ -29,7 +30,13 @@ public final class Verifier {
             int t = p.targetIds.get(j);
             double q = p.q.get(j);
             if (q > 0 && rng.getAsDouble() < Math.min(1.0, probs[t] / q)) continue;
-            double[] qp = bridge.proposalDistribution(p, j, draftProbs.get(p.draftStart.get(j)), vocab);
+            double[] qp;
+            if (p.kind.get(j).equals(Proposal.LOOKUP)) { // a point mass: the residual is p without t
+                qp = new double[vocab];
+                qp[t] = 1.0;
+            } else {
+                qp = bridge.proposalDistribution(p, j, draftProbs.get(p.draftStart.get(j)), vocab);
+            }
             double[] residual = new double[vocab];
             double sum = 0;
             for (int i = 0; i < vocab; i++) { residual[i] = Math.max(probs[i] - qp[i], 0.0); sum += residual[i]; }

@@ -1,0 +1,46 @@
+package org.omnidraft.core;
+
+/**
+ * P(a lookup token is accepted | the ones before it were): logistic regression over the walk's
+ * features, one SGD step per judged token (omnidraft/runtime/lookup_proposer.py).
+ */
+public final class LookupScorer {
+    public static final int FEATURES = 6;
+    static final double[] PRIOR = {-1.0, 2.5, 0.5, 1.5, -0.5, 0.3};
+    public final double[] weights = PRIOR.clone();
+    public double lr = 0.05;
+    public int judged;
+
+    public static double[][] features(Lookup.Candidates c) {
+        double[][] x = new double[c.size()][FEATURES];
+        for (int j = 0; j < c.size(); j++) {
+            x[j][0] = 1.0;
+            x[j][1] = c.frequency.get(j);
+            x[j][2] = Math.log1p(c.support.get(j)) / Math.log1p(Lookup.MAX_OCCURRENCES);
+            x[j][3] = Math.min(c.match, Lookup.MAX_MATCH) / (double) Lookup.MAX_MATCH;
+            x[j][4] = j / 16.0;
+            x[j][5] = c.source.equals("context") ? 1.0 : 0.0;
+        }
+        return x;
+    }
+
+    public double prob(double[] x) {
+        double z = 0;
+        for (int i = 0; i < FEATURES; i++) z += x[i] * weights[i];
+        return 1.0 / (1.0 + Math.exp(-z));
+    }
+
+    public double[] probs(double[][] x) {
+        double[] p = new double[x.length];
+        for (int j = 0; j < x.length; j++) p[j] = prob(x[j]);
+        return p;
+    }
+
+    public void learn(double[][] x, double[] labels) {
+        for (int j = 0; j < labels.length; j++) {
+            double err = labels[j] - prob(x[j]);
+            for (int i = 0; i < FEATURES; i++) weights[i] += lr * err * x[j][i];
+            judged++;
+        }
+    }
+}
