@@ -108,8 +108,8 @@ def test_hybrid_tries_the_drafter_and_drops_it_when_it_does_not_pay(tiny_target,
                                                                explore_every=8))
     got = dec.generate(target_vocab.tokenizer.encode("Once upon a time"), GenerationConfig(40, draft_len=2))
     choices = got.stats["hybrid"]["choices"]
-    # a drafter call costs 100 target steps here: tried first, then only to re-check every 8 rounds
-    assert 1 <= choices["drafter"] <= 1 + choices["none"] // 8 and choices["none"] > 0
+    # a drafter call costs 100 target steps here: tried first, then re-checked after 8, 16, 32, ... rounds
+    assert choices["none"] >= 30 and 2 <= choices["drafter"] <= 4
 
 
 def test_lookup_sampling_reproduces_the_target_distribution():

@@ -8,8 +8,10 @@ Options each round (tokens committed = accepted + 1 in every case):
     including catching up on text committed while it was idle, plus T(m + 1)).
 T(n), the target's call time for n tokens, and the drafter's call time are measured
 on the machine at hand from the loop's own calls (CallCosts). The drafter is tried
-first (its worth is unknown until measured) and then again every `explore_every`
-rounds in which it was not chosen, so that its estimate follows the text.
+first (its worth is unknown until measured) and then again after `explore_every`
+rounds in which it was not chosen, so that its estimate follows the text; each
+re-check that finds it still not paying doubles that wait (up to MAX_WAIT rounds),
+so a drafter that is too slow for this machine costs almost nothing.
 When lookup is chosen the drafter is not called; it catches up in one call the next
 time it drafts. Lookup followed by drafting in the same round is not tried.
 """
@@ -80,6 +82,9 @@ def best_prefix(probs: np.ndarray, target_cost) -> tuple[float, int]:
     return float(values[i]), i + 1
 
 
+MAX_WAIT = 1024
+
+
 class Hybrid:
     def __init__(self, lookup: LookupProposer | None, drafting: DraftModel | None, costs: CallCosts | None = None,
                  explore_every: int = 32):
@@ -91,6 +96,8 @@ class Hybrid:
         self.explore_every = explore_every
         self._drafter_rounds = None  # EMA of (tokens per round, drafter calls, proposed per round)
         self._idle = 0
+        self._wait = explore_every  # rounds without the drafter before it is re-checked
+        self._exploring = False
         self._draft_calls = 0
         self.choices = {}
 
@@ -118,8 +125,8 @@ class Hybrid:
                 if value > best:
                     best, choice, m = value, LOOKUP, length
         if self.drafting is not None:
-            explore = self._idle >= self.explore_every and choice != LOOKUP
-            if explore or self._drafter_value() > best:
+            self._exploring = self._idle >= self._wait and choice != LOOKUP
+            if self._exploring or self._drafter_value() > best:
                 choice = DRAFTER
         self.choices[choice] += 1
         self._idle = 0 if choice == DRAFTER else self._idle + 1
@@ -139,6 +146,10 @@ class Hybrid:
         if rnd.proposal.source == DRAFTER:
             now = np.array([rnd.accepted + 1.0, self._draft_calls, len(rnd.proposal)])
             self._drafter_rounds = now if self._drafter_rounds is None else 0.8 * self._drafter_rounds + 0.2 * now
+            if self._exploring:  # a re-check: wait longer next time if the drafter still does not pay
+                pays = self._drafter_value() > 1.0 / self.costs.target(1)
+                self._wait = self.explore_every if pays else min(2 * self._wait, MAX_WAIT)
+                self._exploring = False
         for p in (self.lookup, self.drafting):
             if p is not None:
                 p.observe(seq, rnd)

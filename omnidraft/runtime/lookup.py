@@ -30,8 +30,8 @@ import numpy as np
 
 SEP = -1  # between documents; never equal to a token, so no match or walk crosses it
 MAX_MATCH = 32  # longest suffix compared
-MAX_CANDIDATES = 16_384  # the most recent occurrences of the last tokens that are compared further back
-MAX_OCCURRENCES = 4096  # the most recent occurrences of the longest match that are walked
+MAX_CANDIDATES = 2048  # the most recent occurrences of the last tokens that are compared further back
+MAX_OCCURRENCES = 256  # the most recent occurrences of the longest match that are walked
 REBUILD_AFTER = 65_536  # tokens added since the last index build that trigger a rebuild
 
 

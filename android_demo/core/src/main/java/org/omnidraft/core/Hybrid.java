@@ -5,6 +5,7 @@ package org.omnidraft.core;
  * tokens per second: nothing (1 token for T(1)), a lookup prefix of m tokens (1 + E_m tokens for
  * T(m + 1)), or the drafter (its recent tokens per round for its recent cost). T(n) = a + b (n - 1)
  * is fitted from the loop's own target calls (least squares with decay), like the drafter call time.
+ * A drafter that does not pay is re-checked after exploreEvery rounds, then ever more rarely.
  */
 public final class Hybrid {
     public static final int NONE = 0, LOOKUP = 1, DRAFTER = 2;
@@ -12,12 +13,15 @@ public final class Hybrid {
     private final double[] sums = new double[5]; // weights, n, s, n*n, n*s
     private Double drafterCall; // EMA of seconds per drafter call
     private double[] drafterRounds; // EMA of (tokens per round, drafter calls, proposed per round)
-    private int idle;
+    private int idle, wait;
+    private boolean exploring;
     public final int exploreEvery;
+    public static final int MAX_WAIT = 1024;
 
     public Hybrid(double decay, int exploreEvery) {
         this.decay = decay;
         this.exploreEvery = exploreEvery;
+        this.wait = exploreEvery;
     }
 
     public Hybrid() {
@@ -45,6 +49,10 @@ public final class Hybrid {
         double[] now = {accepted + 1.0, calls, proposed};
         if (drafterRounds == null) drafterRounds = now;
         else for (int i = 0; i < 3; i++) drafterRounds[i] = 0.8 * drafterRounds[i] + 0.2 * now[i];
+        if (exploring) { // a re-check: wait longer next time if the drafter still does not pay
+            wait = drafterValue() > 1.0 / target(1) ? exploreEvery : Math.min(2 * wait, MAX_WAIT);
+            exploring = false;
+        }
     }
 
     public double target(double n) {
@@ -86,8 +94,8 @@ public final class Hybrid {
             }
         }
         if (hasDrafter) {
-            boolean explore = idle >= exploreEvery && choice != LOOKUP;
-            if (explore || drafterValue() > best) choice = DRAFTER;
+            exploring = idle >= wait && choice != LOOKUP;
+            if (exploring || drafterValue() > best) choice = DRAFTER;
         }
         idle = choice == DRAFTER ? 0 : idle + 1;
         return new int[] {choice, m};

@@ -14,7 +14,7 @@ import java.util.Map;
  * maxTokens (oldest documents dropped first). Same results as the Python reference, value for value.
  */
 public final class Lookup {
-    public static final int SEP = -1, MAX_MATCH = 32, MAX_CANDIDATES = 16384, MAX_OCCURRENCES = 4096;
+    public static final int SEP = -1, MAX_MATCH = 32, MAX_CANDIDATES = 2048, MAX_OCCURRENCES = 256;
 
     /** What lookup would propose now, with the scorer's features. */
     public static final class Candidates {
