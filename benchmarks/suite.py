@@ -183,7 +183,7 @@ def run_system(label: str, pair, args, bar) -> dict:
     learner, zero_lora, why_not = None, None, "not measured (--extended adds it)"
     if args.extended:
         try:
-            learner = OnlineAdapter(learner_for(pair, AdaptConfig(lr=args.adapt_lr)), dec.bridge,
+            learner = OnlineAdapter(learner_for(pair.bundle, dec.drafting, AdaptConfig(lr=args.adapt_lr)), dec.bridge,
                                     AdaptConfig(lr=args.adapt_lr)).learner
             zero_lora = learner.state()
             why_not = "lora"

@@ -1,6 +1,6 @@
 """The lookup history on disk: a profile's past prompts and outputs for one target, and its scorer.
 
-One file per (target, profile): `$OMNIDRAFT_HOME/history/<target>--<fingerprint>--<profile>.npz`,
+One file per (target, profile) (`state.history_path`),
 holding every document's target token ids (one int32 array and the documents' lengths,
 ids and creation times), the target tokenizer's fingerprint, and the lookup scorer's
 weights. It stays on this machine; `--reset-adaptation` sets it aside with the rest of
@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import write_bytes_atomic
-from .models import omnidraft_home
 from .runtime.lookup import Doc, HistoryIndex
 from .runtime.lookup_proposer import N_FEATURES, LookupProposer, LookupScorer
 from .state import locked, set_aside
@@ -32,10 +31,6 @@ VERSION = 1
 
 class HistoryFileError(Exception):
     """Unreadable, damaged, or made for another target tokenizer."""
-
-
-def history_path(target_name: str, fingerprint: str, profile: str) -> Path:
-    return omnidraft_home() / "history" / f"{target_name}--{fingerprint}--{profile}.npz"
 
 
 def read_history(path: Path, fingerprint: str, vocab_size: int) -> tuple[list[Doc], LookupScorer]:

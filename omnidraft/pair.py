@@ -1,17 +1,23 @@
-"""Assemble a (target, drafter) pair ready to generate: models, tokenizers, runners,
-the pair's n-gram cache, prompts (plain or chat) and end-of-sequence ids.
+"""Assemble a (target, drafter) pair ready to generate, in one place: `open_pair(PairOptions)`.
 
-The CLI, the benchmarks and the tests all build their decoders here.
+From the options it loads the models (eager checkpoints, or a validated bundle on
+ExecuTorch / onnxruntime), builds the runners, the proposer (the drafter with its
+n-gram cache and acceptance head, lookup with its history, or the hybrid of both),
+the online adapter, and the decoder that wires them together, each from its state
+file (omnidraft/state.py). The CLI, the simulator, the benchmarks and the tests all
+build their pairs here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import OmniDraftError
+from . import state
 from .draft_head import apply_draft_head
-from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
+from .errors import OmniDraftError
+from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, resolve_model_path
 from .progress import log
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
 from .runtime.decoding import SpeculativeDecoder
@@ -21,9 +27,10 @@ from .runtime.ngram_cache import CacheFileError, NGramCache, load_or_fresh
 from .runtime.runner import EagerRunner
 from .runtime.vocab import Vocab
 
-# Who proposes tokens: the drafter and lookup under the hybrid policy (the default),
+# Who proposes tokens: the drafter and lookup under the hybrid policy (the CLI's default),
 # the drafter alone, or lookup alone (no drafter model is loaded).
 PROPOSERS = ("hybrid", "drafter", "lookup")
+BACKENDS = ("eager", "executorch", "onnxruntime")
 
 # Gemma 3's turn format, for Gemma checkpoints whose tokenizer ships no chat template
 # (the GGUF of the base 270M model has none).
@@ -40,16 +47,45 @@ def eos_ids(tokenizer, chat: bool = False) -> frozenset[int]:
 
 
 @dataclass
+class PairOptions:
+    """Everything that decides how a pair is assembled (the CLI fills it from its options)."""
+
+    target: str | None = None  # checkpoint folder (eager); default Gemma-3-270M
+    drafter: str | None = None  # checkpoint folder (eager); default SmolLM2-135M-Instruct
+    backend: str = "eager"
+    bundle: Path | None = None  # exported bundle (executorch and onnxruntime backends)
+    threads: int | None = None
+    max_context: int = 512  # eager target's KV cache (the drafter gets twice as much)
+    speculative: bool = True  # False: the target alone, through the same loop (the baseline)
+    proposer: str = "drafter"
+    use_ngram_cache: bool = True
+    ngram_cache_size: int = 20_000
+    use_history: bool = True  # lookup: read and write the profile's history (else the current text only)
+    history_tokens: int = 1_000_000
+    draft_len: int | str | None = None  # N, "auto" or "heuristic"; None: auto when the drafter has a head, else 4
+    max_draft_len: int | None = None  # None: 8, or the bundle's exported maximum if smaller
+    gamma: float = 0.5
+    predictor: object = None  # PredictorConfig for the acceptance head's online training (auto)
+    adapt: object = None  # AdaptConfig: the drafter learns online (LoRA), or None
+    profile: str = "default"  # whose learned state (adapter, head, lookup history)
+    reset: bool = False  # set the profile's learned state aside and start fresh
+    drafter_backend: str | None = None  # run the drafter on another backend (the simulator adapts so)
+    lora_drafter: bool = False  # run the LoRA-input drafter graph (on-device adaptation) even without adapt
+    verify_hashes: bool = True
+
+
+@dataclass
 class Pair:
     decoder: SpeculativeDecoder
     target_name: str
     drafter_name: str | None
     target_vocab: Vocab
-    cache_path: Path | None
     bundle: object = None  # the loaded Bundle when running exported graphs
-    adapter_path: Path | None = None  # where the drafter's adapter is saved, once one is attached
-    predictor_path: Path | None = None  # where the acceptance head is saved, once it learns online
-    history_path: Path | None = None  # where the lookup history is saved, once lookup is on
+    draft: dict = field(default_factory=dict)  # GenerationConfig's draft-length fields, resolved for this pair
+    cache_path: Path | None = None  # where each piece of learned state is saved (None: not saved)
+    predictor_path: Path | None = None
+    adapter_path: Path | None = None
+    history_path: Path | None = None
 
     def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
         if not text.strip():
@@ -97,96 +133,120 @@ class Pair:
 
 def check_profile(profile: str) -> None:
     """Profile names become file names: keep them plain."""
-    import re
-
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", profile):
         raise OmniDraftError(f"profile name {profile!r}: use letters, digits, '.', '_' or '-' (at most 64)")
 
 
-def attach_adapter(pair: Pair, config, profile: str = "default", reset: bool = False):
-    """Make the pair's drafter learn online; its adapter lives in $OMNIDRAFT_HOME/adapters.
+def open_pair(o: PairOptions) -> Pair:
+    """The pair the options describe, fully wired; every option is checked before any model loads."""
+    if o.proposer not in PROPOSERS:
+        raise OmniDraftError(f"proposer {o.proposer!r}: choose from {', '.join(PROPOSERS)}")
+    if o.backend not in BACKENDS:
+        raise OmniDraftError(f"backend {o.backend!r}: choose from {', '.join(BACKENDS)}")
+    check_profile(o.profile)
+    with_drafter = o.speculative and o.proposer != "lookup"
+    if o.adapt is not None and not with_drafter:
+        raise OmniDraftError("adaptation trains the drafter: use --proposer hybrid or drafter, with speculation")
+    if o.backend == "eager":
+        if o.bundle is not None:
+            raise OmniDraftError("--bundle runs on --backend executorch or onnxruntime, not eager")
+        if o.max_context < 2:
+            raise OmniDraftError("max context must be at least 2")
+        models = _eager_models(o, with_drafter)
+    else:
+        if o.bundle is None:
+            raise OmniDraftError(f"--backend {o.backend} needs --bundle DIR (make one with `omnidraft export`)")
+        if o.target or o.drafter:
+            raise OmniDraftError("--target/--drafter do not apply to a bundle: its models are fixed at export")
+        models = _bundle_models(o, with_drafter)
+    target, target_vocab, target_name, drafter, draft_vocab, drafter_name, bundle = models
+    pair = Pair(SpeculativeDecoder(target, target_vocab), target_name, drafter_name,
+                target_vocab.padded(target.vocab_size), bundle)
+    if not o.speculative:
+        return pair
+    pair.draft = _draft_options(o, drafter, bundle)
+    drafting = None
+    if drafter is not None:
+        drafting = DraftModel.between(target, target_vocab, drafter, draft_vocab)
+        seed = bundle.root / bundle.manifest["ngram_cache"] if bundle and bundle.manifest.get("ngram_cache") else None
+        drafting.ngram_cache, pair.cache_path = _open_cache(drafting.bridge, drafter_name, target_name, o, seed)
+        if pair.draft["draft_policy"] == "auto":
+            drafting.predictor, pair.predictor_path = _open_predictor(drafting, drafter_name, target_name, o)
+    lookup = None
+    if o.proposer != "drafter":
+        from .lookup_history import open_lookup
 
-    One adapter per (drafter, target, profile): a user can keep e.g. "code" and
-    "mail" apart. The adapter trains the eager drafter in place, or, on a bundle
-    exported --with-training, steps through its ExecuTorch training program.
-    """
-    from .adaptation.online import attach
-
-    dec = pair.decoder
-    learner = learner_for(pair, config)
-    check_profile(profile)
-    path = omnidraft_home() / "adapters" / f"{pair.drafter_name}--{pair.target_name}--{dec.bridge.pair_id}--{profile}.pt"
-    meta = {"drafter": pair.drafter_name, "target": pair.target_name}
-    try:
-        dec.adapter = attach(learner, dec.bridge, config, path, meta, reset, warn=log)
-    except ValueError as e:
-        raise OmniDraftError(str(e)) from None
-    return path
+        fp = pair.target_vocab.fingerprint
+        pair.history_path = state.history_path(target_name, fp, o.profile) if o.use_history else None
+        lookup = open_lookup(pair.history_path, fp, len(pair.target_vocab), o.history_tokens, log, o.reset)
+    adapter = None
+    if o.adapt is not None:
+        adapter, pair.adapter_path = _open_adapter(pair, drafting, o)
+    proposer = drafting if o.proposer == "drafter" else Hybrid(lookup, drafting)
+    pair.decoder = SpeculativeDecoder(target, target_vocab, proposer, adapter)
+    return pair
 
 
-def attach_predictor(pair: Pair, config=None, profile: str = "default", reset: bool = False) -> Path:
-    """Make the drafter's acceptance head learn online (for --draft-len auto); saved next to the adapters."""
-    from .state import set_aside
-    from .adaptation.predictor import AcceptancePredictor
+def _eager_models(o: PairOptions, with_drafter: bool):
+    target_path = resolve_model_path(o.target, DEFAULT_TARGET)
+    drafter_path = resolve_model_path(o.drafter, DEFAULT_DRAFTER) if with_drafter else None  # both checked first
+    target_vocab = Vocab.from_tokenizer(load_tokenizer(target_path))
+    target = EagerRunner(load_model(target_path), o.max_context, name="target")
+    if drafter_path is None:
+        return target, target_vocab, target_path.name, None, None, None, None
+    draft_vocab = Vocab.from_tokenizer(load_tokenizer(drafter_path))
+    model = load_model(drafter_path)
+    apply_draft_head(model, drafter_path)
+    # Draft tokens can be shorter than target tokens: give the drafter twice the room.
+    drafter = EagerRunner(model, 2 * o.max_context, name="drafter",
+                          head=AcceptanceHead.initial(n_features(model.config)))
+    return target, target_vocab, target_path.name, drafter, draft_vocab, drafter_path.name, None
 
-    dec = pair.decoder
-    if dec.drafter is None or not dec.drafter.has_head:
+
+def _bundle_models(o: PairOptions, with_drafter: bool):
+    from .bundle import check_tokenizer, load_bundle
+
+    bundle = load_bundle(o.bundle, verify_hashes=o.verify_hashes)
+    vocabs = {}
+    for role in ("target", "drafter") if with_drafter else ("target",):
+        vocabs[role] = Vocab.from_tokenizer(load_tokenizer(bundle.tokenizer_dir(role)))
+        check_tokenizer(bundle, role, vocabs[role])
+    target = open_runner(bundle, "target", o.backend, o.threads)
+    names = {role: bundle.model(role)["name"] for role in ("target", "drafter")}
+    if not with_drafter:
+        return target, vocabs["target"], names["target"], None, None, None, bundle
+    drafter_backend = o.drafter_backend or o.backend
+    if o.adapt is not None or o.lora_drafter:
+        _training_section(bundle, drafter_backend)
+        drafter = open_runner(bundle, "drafter", drafter_backend, o.threads, graph="executorch_lora")
+    else:
+        drafter = open_runner(bundle, "drafter", drafter_backend, o.threads)
+    return target, vocabs["target"], names["target"], drafter, vocabs["drafter"], names["drafter"], bundle
+
+
+def _draft_options(o: PairOptions, drafter, bundle) -> dict:
+    """GenerationConfig's draft-length fields: 'auto' when the drafter has an acceptance head (else 4 per
+    round), capped at 8 or the bundle's exported maximum; explicit values are checked against it."""
+    bundle_max = bundle.max_draft_len if bundle is not None else None
+    cap = o.max_draft_len if o.max_draft_len is not None else min(8, bundle_max or 8)
+    draft_len = o.draft_len
+    if draft_len is None:
+        draft_len = "auto" if drafter is None or drafter.has_head else min(4, cap)
+    if draft_len == "auto" and drafter is not None and not drafter.has_head:
         raise OmniDraftError(NO_HEAD)
-    check_profile(profile)
-    dec.drafting.predictor = AcceptancePredictor(dec.drafter.head, config)
-    path = omnidraft_home() / "adapters" / f"{pair.drafter_name}--{pair.target_name}--{dec.bridge.pair_id}--{profile}.head.npz"
-    pair.predictor_path = path
-    if path.exists() and reset:
-        set_aside(path, "reset", "adaptation reset: starting a fresh acceptance head", log)
-    elif path.exists():
-        try:
-            dec.predictor.load(path)
-        except ValueError as e:
-            set_aside(path, "bad", f"acceptance head {path.name} is {e}; starting a fresh head", log)
-    return path
+    if bundle is not None:
+        bundle.check_draft_len(draft_len if isinstance(draft_len, int) else cap)
+    fixed = isinstance(draft_len, int)
+    return {"draft_policy": "fixed" if fixed else draft_len, "draft_len": draft_len if fixed else 4,
+            "max_draft_len": cap, "gamma": o.gamma}
 
 
-def learner_for(pair: Pair, config):
-    """What OnlineAdapter trains: the eager drafter model, or the bundle's ExecuTorch training program."""
-    drafter = pair.decoder.drafter
-    if drafter is None:
-        raise OmniDraftError("adaptation needs a drafter (drop --no-speculation)")
-    if pair.bundle is not None:
-        return _executorch_learner(pair, config)
-    if hasattr(drafter, "model"):
-        return drafter.model
-    raise OmniDraftError(f"adaptation runs on the eager or executorch backend, not {drafter.backend}")
-
-
-def _executorch_learner(pair: Pair, config):
-    from .adaptation.examples import Mapping
-    from .adaptation.learners import ExecuTorchLearner
-
-    bundle, drafter = pair.bundle, pair.decoder.drafter
-    training = _training_section(bundle, drafter.backend)
-    graphs = bundle.model("drafter")["graphs"]
-    names = [name for name, _shape in training["lora_inputs"]]
-    n_mapped = len(Mapping.from_bridge(pair.decoder.bridge))
-    if n_mapped != training["mapped"]:
-        raise OmniDraftError("the bundle's training graph was exported for another vocabulary mapping")
-    return ExecuTorchLearner(bundle.root / graphs["executorch_train"], names, int(training["window"]), n_mapped,
-                             config.lr, drafter)
-
-
-def _training_section(bundle, backend: str) -> dict:
-    """The bundle's training programs' description; on-device adaptation needs it, on ExecuTorch."""
-    training = bundle.manifest.get("training")
-    if not training or backend != "executorch":
-        raise OmniDraftError("on-device adaptation needs --backend executorch and a bundle exported --with-training")
-    return training
-
-
-def _open_cache(bridge, drafter_name, target_name, use_ngram_cache, size, seed_file=None):
-    """The pair's n-gram cache and its path in $OMNIDRAFT_HOME (seeded from a bundle's copy if absent)."""
-    if not use_ngram_cache or bridge.identity:
+def _open_cache(bridge, drafter_name, target_name, o: PairOptions, seed_file=None):
+    """The pair's n-gram cache and its path (seeded from a bundle's copy if absent)."""
+    if not o.use_ngram_cache or bridge.identity:
         return None, None
-    pair_id = bridge.pair_id
-    path = omnidraft_home() / "ngram" / f"{drafter_name}--{target_name}--{pair_id}.json"
+    pair_id, size = bridge.pair_id, o.ngram_cache_size
+    path = state.ngram_path(drafter_name, target_name, pair_id)
     if path.exists() or seed_file is None:
         return load_or_fresh(path, pair_id, size, warn=log), path
     try:  # first run of a bundle: start from the cache it shipped with (never modify the bundle)
@@ -196,81 +256,77 @@ def _open_cache(bridge, drafter_name, target_name, use_ngram_cache, size, seed_f
         return NGramCache(pair_id, size), path
 
 
-@dataclass
-class LookupOptions:
-    """Lookup's history: per (target, profile) in $OMNIDRAFT_HOME/history, or none (context only)."""
+def _open_predictor(drafting: DraftModel, drafter_name, target_name, o: PairOptions):
+    """The acceptance head's online trainer (for --draft-len auto), resumed from the profile's file."""
+    from .adaptation.predictor import AcceptancePredictor
 
-    profile: str = "default"
-    use_history: bool = True
-    max_tokens: int = 1_000_000
-    reset: bool = False
-
-
-def _open_lookup(target_name: str, target_vocab: Vocab, options: LookupOptions):
-    from .lookup_history import history_path, open_lookup
-
-    path = None
-    if options.use_history:
-        check_profile(options.profile)
-        path = history_path(target_name, target_vocab.fingerprint, options.profile)
-    lookup = open_lookup(path, target_vocab.fingerprint, len(target_vocab), options.max_tokens, log, options.reset)
-    return lookup, path
+    predictor = AcceptancePredictor(drafting.drafter.head, o.predictor)
+    path = state.head_path(drafter_name, target_name, drafting.bridge.pair_id, o.profile)
+    if path.exists() and o.reset:
+        state.set_aside(path, "reset", "adaptation reset: starting a fresh acceptance head", log)
+    elif path.exists():
+        try:
+            predictor.load(path)
+        except ValueError as e:
+            state.set_aside(path, "bad", f"acceptance head {path.name} is {e}; starting a fresh head", log)
+    return predictor, path
 
 
-def _assemble(target, target_vocab, target_name, proposer: str, lookup_options, drafter=None, draft_vocab=None,
-              drafter_name=None, use_ngram_cache=True, cache_size=20_000, seed_file=None, bundle=None) -> Pair:
-    """The decoder for `proposer` ("hybrid", "drafter" or "lookup") over ready runners."""
-    if proposer not in PROPOSERS:
-        raise OmniDraftError(f"proposer {proposer!r}: choose from {', '.join(PROPOSERS)}")
-    drafting, cache_path, lookup, history = None, None, None, None
-    if drafter is not None:
-        drafting = DraftModel.between(target, target_vocab, drafter, draft_vocab)
-        drafting.ngram_cache, cache_path = _open_cache(drafting.bridge, drafter_name, target_name, use_ngram_cache,
-                                                       cache_size, seed_file)
-    padded = target_vocab.padded(target.vocab_size)
-    if proposer in ("hybrid", "lookup"):
-        lookup, history = _open_lookup(target_name, padded, lookup_options or LookupOptions())
-    chosen = drafting if proposer == "drafter" else Hybrid(lookup, drafting)
-    decoder = SpeculativeDecoder(target, target_vocab, chosen)
-    return Pair(decoder, target_name, drafter_name, decoder.target_vocab, cache_path, bundle, history_path=history)
+def _open_adapter(pair: Pair, drafting: DraftModel, o: PairOptions):
+    """The drafter's online adapter for the profile (eager LoRA, or the bundle's ExecuTorch training program)."""
+    from .adaptation.online import attach
+
+    learner = learner_for(pair.bundle, drafting, o.adapt)
+    path = state.adapter_path(pair.drafter_name, pair.target_name, drafting.bridge.pair_id, o.profile)
+    meta = {"drafter": pair.drafter_name, "target": pair.target_name}
+    try:
+        return attach(learner, drafting.bridge, o.adapt, path, meta, o.reset, warn=log), path
+    except ValueError as e:
+        raise OmniDraftError(str(e)) from None
 
 
-def build_eager_pair(
-    target: str | None = None,
-    drafter: str | None = None,
-    speculative: bool = True,
-    max_context: int = 512,
-    use_ngram_cache: bool = True,
-    ngram_cache_size: int = 20_000,
-    proposer: str = "drafter",
-    lookup: LookupOptions | None = None,
-) -> Pair:
-    """Load models from checkpoint folders (or the prepared defaults) on the eager backend."""
-    if max_context < 2:
-        raise OmniDraftError("max context must be at least 2")
-    target_path = resolve_model_path(target, DEFAULT_TARGET)
-    drafter_path = resolve_model_path(drafter, DEFAULT_DRAFTER) if speculative and proposer != "lookup" else None
-    target_vocab = Vocab.from_tokenizer(load_tokenizer(target_path))
-    target_runner = EagerRunner(load_model(target_path), max_context, name="target")
-    if not speculative:
-        decoder = SpeculativeDecoder(target_runner, target_vocab)
-        return Pair(decoder, target_path.name, None, decoder.target_vocab, None)
-    drafter_runner = draft_vocab = None
-    if drafter_path is not None:
-        draft_vocab = Vocab.from_tokenizer(load_tokenizer(drafter_path))
-        drafter_model = load_model(drafter_path)
-        apply_draft_head(drafter_model, drafter_path)
-        # Draft tokens can be shorter than target tokens: give the drafter twice the room.
-        drafter_runner = EagerRunner(drafter_model, 2 * max_context, name="drafter")
-        drafter_runner.head = AcceptanceHead.initial(n_features(drafter_runner.model.config))
-    return _assemble(target_runner, target_vocab, target_path.name, proposer, lookup, drafter_runner, draft_vocab,
-                     drafter_path.name if drafter_path else None, use_ngram_cache, ngram_cache_size)
+def learner_for(bundle, drafting: DraftModel, config):
+    """What an OnlineAdapter trains: the eager drafter model, or the bundle's ExecuTorch training program."""
+    drafter = drafting.drafter if drafting is not None else None
+    if drafter is None:
+        raise OmniDraftError("adaptation needs a drafter (drop --no-speculation)")
+    if bundle is not None:
+        return _executorch_learner(bundle, drafting, config)
+    if drafter.backend == "eager":
+        return drafter.model
+    raise OmniDraftError(f"adaptation runs on the eager or executorch backend, not {drafter.backend}")
+
+
+def _executorch_learner(bundle, drafting: DraftModel, config):
+    from .adaptation.examples import Mapping
+    from .adaptation.learners import ExecuTorchLearner
+
+    drafter = drafting.drafter
+    training = _training_section(bundle, drafter.backend)
+    graphs = bundle.model("drafter")["graphs"]
+    names = [name for name, _shape in training["lora_inputs"]]
+    n_mapped = len(Mapping.from_bridge(drafting.bridge))
+    if n_mapped != training["mapped"]:
+        raise OmniDraftError("the bundle's training graph was exported for another vocabulary mapping")
+    return ExecuTorchLearner(bundle.root / graphs["executorch_train"], names, int(training["window"]), n_mapped,
+                             config.lr, drafter)
+
+
+def _training_section(bundle, backend: str) -> dict:
+    """The bundle's training programs' description; on-device adaptation needs it, on ExecuTorch."""
+    training = bundle.manifest.get("training")
+    if not training:
+        raise OmniDraftError("--adapt needs a bundle exported --with-training (its LoRA training program)")
+    if backend != "executorch":
+        raise OmniDraftError("on-device adaptation runs on --backend executorch (its training program)")
+    return training
 
 
 def open_runner(bundle, role: str, backend: str, threads: int | None, graph: str | None = None):
     """A runner over the bundle's graph for `role` on `backend` (onnxruntime or executorch).
 
-    graph: another of the role's graphs by its bundle.json key (e.g. "executorch_lora").
+    graph: another of the role's graphs by its bundle.json key (e.g. "executorch_lora", whose runner
+    owns zero LoRA tensors as extra inputs until a learner updates them).
     """
     meta = bundle.model(role)
     path = bundle.root / meta["graphs"][graph] if graph else bundle.graph_path(role, backend)
@@ -280,54 +336,19 @@ def open_runner(bundle, role: str, backend: str, threads: int | None, graph: str
         return OnnxRunner(path, meta, threads=threads, name=role)
     from .runtime.executorch_runner import ExecuTorchRunner
 
-    return ExecuTorchRunner(path, meta, name=role)
+    lora = bundle.manifest["training"]["lora_inputs"] if graph == "executorch_lora" else []
+    return ExecuTorchRunner(path, meta, name=role, extra_shapes=[shape for _name, shape in lora])
 
 
-def build_bundle_pair(
-    bundle_dir,
-    backend: str,
-    speculative: bool = True,
-    threads: int | None = None,
-    use_ngram_cache: bool = True,
-    ngram_cache_size: int = 20_000,
-    verify_hashes: bool = True,
-    lora_drafter: bool = False,
-    drafter_backend: str | None = None,
-    proposer: str = "drafter",
-    lookup: LookupOptions | None = None,
-) -> Pair:
-    """Load an exported bundle (validated) and run it on onnxruntime or ExecuTorch.
+def build_eager_pair(target: str | None = None, drafter: str | None = None, speculative: bool = True,
+                     max_context: int = 512, use_ngram_cache: bool = True, **options) -> Pair:
+    """open_pair on the eager backend (the benchmarks' and tests' shorthand)."""
+    return open_pair(PairOptions(target=target, drafter=drafter, speculative=speculative, max_context=max_context,
+                                 use_ngram_cache=use_ngram_cache, **options))
 
-    lora_drafter: run the drafter graph that takes LoRA tensors as inputs (for
-    on-device adaptation; needs a bundle exported --with-training).
-    drafter_backend: run the drafter on another backend than the target (the
-    simulator adapts on onnxruntime this way: only ExecuTorch graphs can train).
-    """
-    from .bundle import check_tokenizer, load_bundle
 
-    bundle = load_bundle(bundle_dir, verify_hashes=verify_hashes)
-    with_drafter = speculative and proposer != "lookup"
-    vocabs = {}
-    for role in ("target", "drafter") if with_drafter else ("target",):
-        vocabs[role] = Vocab.from_tokenizer(load_tokenizer(bundle.tokenizer_dir(role)))
-        check_tokenizer(bundle, role, vocabs[role])
-    target = open_runner(bundle, "target", backend, threads)
-    names = {role: bundle.model(role)["name"] for role in ("target", "drafter")}
-    if not speculative:
-        decoder = SpeculativeDecoder(target, vocabs["target"])
-        return Pair(decoder, names["target"], None, decoder.target_vocab, None, bundle)
-    if not with_drafter:
-        return _assemble(target, vocabs["target"], names["target"], proposer, lookup, bundle=bundle)
-    drafter_backend = drafter_backend or backend
-    if lora_drafter:
-        import torch
-
-        training = _training_section(bundle, drafter_backend)
-        drafter = open_runner(bundle, "drafter", drafter_backend, threads, graph="executorch_lora")
-        # Zero adapters until a learner feeds its own: the drafter as exported.
-        drafter.extra_inputs = [torch.zeros(shape) for _name, shape in training["lora_inputs"]]
-    else:
-        drafter = open_runner(bundle, "drafter", drafter_backend, threads)
-    seed = bundle.root / bundle.manifest["ngram_cache"] if bundle.manifest.get("ngram_cache") else None
-    return _assemble(target, vocabs["target"], names["target"], proposer, lookup, drafter, vocabs["drafter"],
-                     names["drafter"], use_ngram_cache, ngram_cache_size, seed, bundle)
+def build_bundle_pair(bundle_dir, backend: str, speculative: bool = True, threads: int | None = None,
+                      use_ngram_cache: bool = True, **options) -> Pair:
+    """open_pair over an exported bundle (the benchmarks' and tests' shorthand)."""
+    return open_pair(PairOptions(bundle=Path(bundle_dir), backend=backend, speculative=speculative, threads=threads,
+                                 use_ngram_cache=use_ngram_cache, **options))

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from .atomic import write_bytes_atomic
 from .errors import OmniDraftError
-from .runtime.decoding import GenerationConfig
 
 
 def rss_mb() -> float:
@@ -37,16 +36,10 @@ class Simulator:
     through the bundle's ExecuTorch training program, so the drafter runs its LoRA graph
     (drafter_lora.pte) on ExecuTorch while the target stays on onnxruntime."""
 
-    def __init__(self, bundle_dir, threads: int | None = None, use_ngram_cache: bool = True, adapt: bool = False,
-                 proposer: str = "hybrid", lookup=None):
-        from .bundle import load_bundle
-        from .pair import build_bundle_pair
+    def __init__(self, options):
+        from .pair import open_pair
 
-        if adapt and not load_bundle(bundle_dir, verify_hashes=False).manifest.get("training"):
-            raise OmniDraftError("--adapt needs a bundle exported --with-training (its LoRA training program)")
-        self.pair = build_bundle_pair(bundle_dir, "onnxruntime", threads=threads, use_ngram_cache=use_ngram_cache,
-                                      lora_drafter=adapt, drafter_backend="executorch" if adapt else None,
-                                      proposer=proposer, lookup=lookup)
+        self.pair = open_pair(options)
         self.turns: list[dict] = []
         self.rss_after_load = rss_mb()
         self.started = time.perf_counter()
@@ -82,7 +75,7 @@ class Simulator:
         cache = self.pair.decoder.ngram_cache
         adapted = turn.get("adaptation")
         lora = f" | LoRA updates {adapted['updates']} ({adapted['rollbacks']} rolled back)" if adapted else ""
-        from .cli import proposal_summary
+        from .options import proposal_summary
 
         return (
             f"[{turn['tokens_per_s']:.1f} tok/s | {turn['tokens_per_target_call']:.2f} tok/call | "
@@ -139,31 +132,19 @@ def _plots(turns: list[dict], out_dir: Path) -> None:
 
 
 def run(args) -> int:
-    from .adaptation.predictor import PredictorConfig
-    from .cli import adapt_config, draft_options, lookup_options, resolve_draft_len, sampling_options
-    from .pair import attach_adapter, attach_predictor, check_profile
+    from . import options as opt
 
-    check_profile(args.profile)
-    if args.adapt and args.proposer == "lookup":
-        raise OmniDraftError("adaptation trains the drafter: use --proposer hybrid or drafter")
-    sim = Simulator(args.bundle, threads=args.threads, adapt=args.adapt, proposer=args.proposer,
-                    lookup=lookup_options(args))
-    resolve_draft_len(args, sim.pair)
-    if args.adapt:
-        sim.pair.adapter_path = attach_adapter(sim.pair, adapt_config(args), args.profile, args.reset_adaptation)
-    if args.draft_len == "auto" and sim.pair.decoder.drafter is not None:
-        attach_predictor(sim.pair, PredictorConfig(schedule=args.predictor_updates), args.profile,
-                         args.reset_adaptation)
+    args.threads = opt.threads(args.threads)
+    sim = Simulator(opt.pair_options(args, adapt=args.adapt, backend="onnxruntime",
+                                     drafter_backend="executorch" if args.adapt else None))
     chat = args.chat or args.prompt is None
 
     def config():
-        return GenerationConfig(
-            max_new_tokens=args.max_new_tokens, **draft_options(args), **sampling_options(args),
-            eos_ids=sim.pair.eos_ids(chat),
-        )
+        return opt.generation_config(args, sim.pair, chat)
 
     learning = f", drafter learning on ExecuTorch (profile {args.profile})" if args.adapt else ""
-    print(f"[simulator] {sim.pair.drafter_name} -> {sim.pair.target_name} on onnxruntime{learning}, "
+    proposing = {"hybrid": f"lookup + {sim.pair.drafter_name}", "drafter": sim.pair.drafter_name, "lookup": "lookup"}
+    print(f"[simulator] {proposing[args.proposer]} -> {sim.pair.target_name} on onnxruntime{learning}, "
           f"threads {args.threads or 'default'}, RSS {sim.rss_after_load:.0f} MB after load", file=sys.stderr)
     if args.prompt is not None:
         ids = sim.pair.encode_prompt(args.prompt, chat=args.chat)

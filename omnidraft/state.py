@@ -1,4 +1,9 @@
-"""What every state file under $OMNIDRAFT_HOME shares: setting a bad file aside and locking.
+"""State files under $OMNIDRAFT_HOME: where each lives, setting a bad one aside, locking.
+
+    ngram/<drafter>--<target>--<pair>.json              the pair's n-gram cache
+    adapters/<drafter>--<target>--<pair>--<profile>.pt  the drafter's LoRA adapter
+    adapters/<drafter>--<target>--<pair>--<profile>.head.npz   the acceptance head
+    history/<target>--<tokenizer>--<profile>.npz        the lookup history and scorer
 
 A damaged or foreign state file is never deleted and never left to fail the next run:
 it is renamed to `<name>.<tag>-<time>-<pid>[-n]` (unique, so two processes or two
@@ -14,6 +19,24 @@ import fcntl
 import os
 import time
 from pathlib import Path
+
+from .models import omnidraft_home
+
+
+def ngram_path(drafter: str, target: str, pair_id: str) -> Path:
+    return omnidraft_home() / "ngram" / f"{drafter}--{target}--{pair_id}.json"
+
+
+def adapter_path(drafter: str, target: str, pair_id: str, profile: str) -> Path:
+    return omnidraft_home() / "adapters" / f"{drafter}--{target}--{pair_id}--{profile}.pt"
+
+
+def head_path(drafter: str, target: str, pair_id: str, profile: str) -> Path:
+    return omnidraft_home() / "adapters" / f"{drafter}--{target}--{pair_id}--{profile}.head.npz"
+
+
+def history_path(target: str, fingerprint: str, profile: str) -> Path:
+    return omnidraft_home() / "history" / f"{target}--{fingerprint}--{profile}.npz"
 
 
 def set_aside(path: Path, tag: str, message: str, warn) -> Path | None:

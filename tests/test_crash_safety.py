@@ -122,7 +122,7 @@ def test_unwritable_state_folder_still_generates(tmp_path, monkeypatch, tiny_tar
     dec = SpeculativeDecoder.with_drafter(tiny_target, target_vocab, tiny_drafter, draft_vocab, ngram_cache=True)
     blocker = tmp_path / "state"
     blocker.write_text("a file where the state folder should be")  # fails even for root
-    pair = Pair(dec, "t", "d", dec.target_vocab, blocker / "ngram" / "cache.json")
+    pair = Pair(dec, "t", "d", dec.target_vocab, cache_path=blocker / "ngram" / "cache.json")
     result = dec.generate(target_vocab.tokenizer.encode("Hello"), GenerationConfig(max_new_tokens=5))
     assert len(result.token_ids) == 5
     messages = []
@@ -156,8 +156,9 @@ def test_full_disk_save_warns_and_keeps_old_file(tmp_path, monkeypatch):
     class _Decoder:  # Pair.save_cache only reads what the pair learned online
         ngram_cache = cache
         predictor = AcceptancePredictor(AcceptanceHead.initial(6))
+        lookup = None
 
-    Pair(_Decoder(), "t", "d", None, path, predictor_path=tmp_path / "head.npz").save_cache()
+    Pair(_Decoder(), "t", "d", None, cache_path=path, predictor_path=tmp_path / "head.npz").save_cache()
     assert path.read_bytes() == before
     assert len(messages) == 2 and all("No space left on device" in m for m in messages)
     assert "acceptance head" in messages[1]

@@ -215,3 +215,19 @@ def test_generate_uses_lookup_by_default_and_keeps_the_history(tmp_path, tiny_ch
     (history,) = (tmp_path / "history").glob("*--default.npz")
     docs, _ = read_history(history, history.name.split("--")[1], 10**6)
     assert len(docs) == 2  # the two runs that used lookup (the drafter-only and target-only runs keep none)
+
+
+def test_an_unwritable_history_folder_warns_and_loses_nothing_else(tmp_path, tiny_checkpoints, capsys, monkeypatch):
+    from omnidraft.pair import build_eager_pair
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    pair = build_eager_pair(str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]), proposer="hybrid",
+                            profile="p")
+    ids = pair.encode_prompt("one two one two one")
+    pair.decoder.generate(ids, GenerationConfig(8, draft_len=2))
+    (tmp_path / "blocker").write_text("a file where a folder should be")
+    pair.history_path = tmp_path / "blocker" / "history.npz"
+    pair.save_cache()  # the n-gram cache is saved, the history cannot be: one warning, no exception
+    err = capsys.readouterr().err
+    assert "[omnidraft] warning: could not save the lookup history" in err
+    assert list((tmp_path / "ngram").glob("*.json"))

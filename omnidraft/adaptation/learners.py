@@ -105,8 +105,13 @@ class ExecuTorchLearner:
         self.optimizer = get_sgd_optimizer(self.params, lr, 0, 0, 0, False)
         self.lora_inputs = [self.params[f"model.{n}"] for n in lora_names]
         self.drafter = drafter_runner
-        if drafter_runner is not None:
-            drafter_runner.extra_inputs = self.lora_inputs
+        self._publish()
+
+    def _publish(self) -> None:
+        """Write the current LoRA weights into the drafter runner's own input tensors (used by its next call)."""
+        if self.drafter is not None:
+            for mine, theirs in zip(self.lora_inputs, self.drafter.extra_inputs):
+                theirs.copy_(mine)
 
     def identity(self) -> dict:
         return {"learner": "executorch", "mode": "lora", "window": self.window,
@@ -121,6 +126,7 @@ class ExecuTorchLearner:
             g = self.module.named_gradients()
             grads = {n: t.clone() for n, t in g.items()} if grads is None else {n: grads[n] + g[n] for n in g}
         self.optimizer.step({n: t / len(examples) for n, t in grads.items()})
+        self._publish()
         return tuple(totals / len(examples))
 
     def acceptance(self, examples: list[Example]) -> float:
@@ -140,7 +146,8 @@ class ExecuTorchLearner:
         return {"weights": {n: t.clone() for n, t in self.params.items()}}  # plain SGD keeps no state
 
     def load_state(self, state: dict) -> None:
-        copy_into(self.params, state["weights"])  # in place: the drafter runner holds these tensors
+        copy_into(self.params, state["weights"])  # in place: the program reads these tensors
+        self._publish()
 
     def extra_bytes(self) -> dict[str, int]:
         return {"trainable": sum(t.numel() * t.element_size() for t in self.params.values()), "optimizer": 0}

@@ -19,14 +19,16 @@ from .runner import ModelRunner
 class ExecuTorchRunner(ModelRunner):
     backend = "executorch"
 
-    def __init__(self, path, meta: dict, name: str = "model"):
+    def __init__(self, path, meta: dict, name: str = "model", extra_shapes: list | None = None):
         import torch
         from executorch.runtime import Runtime
 
         super().__init__(int(meta["vocab_size"]), int(meta["max_context"]), int(meta["max_tokens_per_call"]))
         self.name = name
         self._torch = torch
-        self.extra_inputs: list = []  # e.g. the live LoRA tensors of an adapting drafter (drafter_lora.pte)
+        # Extra graph inputs this runner owns, e.g. the LoRA tensors of drafter_lora.pte: zero (the drafter as
+        # exported) until a learner writes its updated weights into them.
+        self.extra_inputs = [torch.zeros(shape) for shape in extra_shapes or []]
         self._graph_head(meta)
         try:
             with _quiet_stderr():  # the C++ runtime logs CPU probing noise on first use

@@ -28,14 +28,14 @@ class ModelRunner(ABC):
     name: str = "runner"
     backend: str = "?"
 
-    def __init__(self, vocab_size: int, max_context: int, max_tokens_per_call: int | None = None):
+    def __init__(self, vocab_size: int, max_context: int, max_tokens_per_call: int | None = None, head=None):
         self.vocab_size = vocab_size
         self.max_context = max_context
         self.max_tokens_per_call = max_tokens_per_call  # None: any length (long prompts are still chunked)
         self.position = 0
         self.tokens: list[int] = []  # what the cache holds: tokens[i] sits at position i
         self.calls = 0
-        self.head = None  # an AcceptanceHead whose weights this runner applies (drafters)
+        self.head = head  # an AcceptanceHead whose weights this runner applies (drafters)
         self.head_output: tuple[np.ndarray, float] | None = None
 
     @property
@@ -115,11 +115,11 @@ class EagerRunner(ModelRunner):
 
     backend = "eager"
 
-    def __init__(self, model, max_context: int, name: str = "model"):
+    def __init__(self, model, max_context: int, name: str = "model", head: AcceptanceHead | None = None):
         import torch
         from transformers.cache_utils import Cache, StaticLayer
 
-        super().__init__(int(model.config.get_text_config().vocab_size), max_context)
+        super().__init__(int(model.config.get_text_config().vocab_size), max_context, head=head)
         self.name = name
         self.model = model
         self._torch = torch

@@ -1,0 +1,178 @@
+"""The command line's shared options, declared once, and their translation into configs.
+
+generate, adapt and simulate share the pair options (models or bundle, backend,
+threads, who proposes, draft length, learned state) and the sampling options;
+`pair_options(args)` turns them into the PairOptions that `pair.open_pair` builds
+a pair from, and `generation_config(args, pair)` into a GenerationConfig.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from .errors import OmniDraftError
+from .progress import log
+
+
+def int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    value = non_negative_float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def open_probability(text: str) -> float:
+    value = non_negative_float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
+    return value
+
+
+def draft_len(text: str) -> int | str:
+    if text in ("auto", "heuristic"):
+        return text
+    if not text.strip().lstrip("+-").isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number, 'auto' or 'heuristic', got {text!r}")
+    return positive_int(text)
+
+
+# -- option groups --------------------------------------------------------------------------
+def add_model_options(p, backends=("eager", "executorch", "onnxruntime"), eager_models: bool = True) -> None:
+    if eager_models:
+        p.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
+        p.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
+        p.add_argument("--max-context", type=positive_int, default=512, help="target KV cache length (eager)")
+    if len(backends) > 1:
+        p.add_argument("--backend", choices=backends, default=backends[0])
+    p.add_argument("--bundle", type=Path, required=not eager_models,
+                   help="exported bundle folder (executorch and onnxruntime backends)")
+    p.add_argument("--threads", type=positive_int, help="intra-op threads (at most the machine's cores)")
+    p.add_argument("--no-ngram-cache", action="store_true", help="direct vocabulary mapping only")
+
+
+def add_sampling_options(p) -> None:
+    p.add_argument("--temperature", type=non_negative_float, default=0.0, help="0 = greedy (exact)")
+    p.add_argument("--top-p", type=probability, default=1.0)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (a stream's n-th prompt uses seed + n)")
+    p.add_argument("--strict-sampling", action="store_true",
+                   help="cross-vocabulary sampling exactly lossless (direct mappings only, no n-gram merges)")
+
+
+def add_proposal_options(p) -> None:
+    p.add_argument("--proposer", choices=("hybrid", "drafter", "lookup"), default="hybrid",
+                   help="who proposes tokens: each round the better of lookup and the drafter (hybrid), "
+                        "the drafter alone, or lookup alone (no drafter loaded)")
+    p.add_argument("--no-history", action="store_true",
+                   help="lookup searches only the current text: the profile's history is neither read nor written")
+    p.add_argument("--history-tokens", type=non_negative_int, default=1_000_000,
+                   help="most tokens of past prompts and outputs kept for lookup (oldest dropped)")
+    p.add_argument("--draft-len", type=draft_len, default=None, metavar="{N,auto,heuristic}",
+                   help="draft tokens per round: a fixed N, 'auto' (acceptance head; the default when the "
+                        "drafter has one) or 'heuristic' (+2/-1)")
+    p.add_argument("--max-draft-len", type=positive_int, default=None,
+                   help="cap of 'auto' and 'heuristic' (default 8, or a bundle's exported maximum if smaller)")
+    p.add_argument("--gamma", type=open_probability, default=0.5,
+                   help="'auto' stops drafting once P(some draft token is rejected) > gamma")
+    p.add_argument("--predictor-updates", choices=("each-prompt", "with-lora"), default="each-prompt",
+                   help="when the acceptance head trains: after every prompt, or with each LoRA update")
+
+
+def add_adapt_options(p, always: bool = False) -> None:
+    if not always:
+        p.add_argument("--adapt", action="store_true",
+                       help="adapt the drafter online (eager, or executorch with a bundle exported --with-training)")
+    p.add_argument("--profile", default="default",
+                   help="whose learned state: adapter, acceptance head and lookup history (one set per profile)")
+    p.add_argument("--reset-adaptation", action="store_true",
+                   help="set the profile's learned state aside and start fresh")
+    p.add_argument("--lora-rank", type=positive_int, default=32)
+    p.add_argument("--lora-alpha", type=non_negative_float, default=64.0)
+    p.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+                   help="comma-separated Linear module names to adapt")
+    p.add_argument("--full-finetune", action="store_true", help="train every drafter weight instead of LoRA")
+    p.add_argument("--adapt-every", type=positive_int, default=4, help="prompts between updates")
+    p.add_argument("--adapt-lr", type=non_negative_float, default=3e-4)
+    p.add_argument("--adapt-lambda", type=non_negative_float, default=0.2, help="weight of the n-gram NLL term")
+
+
+# -- translations ---------------------------------------------------------------------------
+def adapt_config(args):
+    from .adaptation.lora import LoRAConfig
+    from .adaptation.online import AdaptConfig
+
+    targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+    try:
+        lora = None if args.full_finetune else LoRAConfig(args.lora_rank, args.lora_alpha, targets)
+        return AdaptConfig(lora=lora, lr=args.adapt_lr, every=args.adapt_every, lam=args.adapt_lambda)
+    except ValueError as e:
+        raise OmniDraftError(str(e)) from None
+
+
+def threads(requested: int | None) -> int | None:
+    """The thread count to use: at most the machine's cores (more only slows a CPU down), with a warning."""
+    cores = os.cpu_count() or 1
+    if requested is not None and requested > cores:
+        log(f"[omnidraft] warning: --threads {requested} is more than this machine's {cores} cores; using {cores}")
+        return cores
+    return requested
+
+
+def pair_options(args, speculative: bool = True, adapt: bool = False, **overrides):
+    """PairOptions from the shared options (overrides: what a command fixes, e.g. the simulator's backend)."""
+    from .adaptation.predictor import PredictorConfig
+    from .pair import PairOptions
+
+    fields = dict(
+        target=getattr(args, "target", None), drafter=getattr(args, "drafter", None),
+        backend=getattr(args, "backend", "eager"), bundle=args.bundle, threads=args.threads,
+        max_context=getattr(args, "max_context", 512), speculative=speculative, proposer=args.proposer,
+        use_ngram_cache=not args.no_ngram_cache, use_history=not args.no_history,
+        history_tokens=args.history_tokens, draft_len=args.draft_len, max_draft_len=args.max_draft_len,
+        gamma=args.gamma, predictor=PredictorConfig(schedule=args.predictor_updates),
+        adapt=adapt_config(args) if adapt else None, profile=args.profile, reset=args.reset_adaptation)
+    return PairOptions(**{**fields, **overrides})
+
+
+def generation_config(args, pair, chat: bool, **fields):
+    """A GenerationConfig from the options, with the pair's resolved draft length and end-of-turn ids."""
+    from .runtime.decoding import GenerationConfig
+    from .runtime.sampling import Sampler
+
+    return GenerationConfig(max_new_tokens=args.max_new_tokens, sampler=Sampler(args.temperature, args.top_p),
+                            seed=args.seed, strict_sampling=args.strict_sampling, eos_ids=pair.eos_ids(chat),
+                            **pair.draft, **fields)
+
+
+def proposal_summary(stats: dict) -> str:
+    """'lookup 12/15, drafter 3/8': accepted/proposed tokens per proposer."""
+    parts = [f"{source} {c['accepted']}/{c['proposed']}" for source, c in stats.get("proposals", {}).items()]
+    return ", ".join(parts) or "none"
