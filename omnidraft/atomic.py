@@ -55,6 +55,30 @@ def atomic_directory(path: str | os.PathLike):
         raise
 
 
+def remove_stale_temporaries(folder: Path, older_than_s: float = 3600.0) -> list[str]:
+    """Delete what a killed writer left in `folder` (our `.NAME.*.tmp` files and `.NAME.*.partial` folders),
+    only when untouched for `older_than_s` seconds, so a live writer's temporary is never removed."""
+    import time
+
+    removed = []
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return removed
+    now = time.time()
+    for p in entries:
+        if not p.name.startswith(".") or not p.name.endswith((".tmp", ".partial")):
+            continue
+        try:
+            if now - p.lstat().st_mtime < older_than_s:
+                continue
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+            removed.append(p.name)
+        except OSError:
+            continue
+    return removed
+
+
 def _fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)

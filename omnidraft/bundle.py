@@ -58,9 +58,10 @@ the gradients of the LoRA tensors (ExecuTorch training API); drafter_lora.pte ta
 (input_ids, position_ids, [head_weight, head_bias,] *lora_inputs in the listed order)
 and returns logits [, head_features, accept_prob] (the head parts in version 2).
 
-Loading checks everything: format and version, every file's presence, size and
-hash, tokenizer identity and vocabulary sizes, and the requested draft length
-against max_draft_len. Any failure is one clear OmniDraftError.
+Loading checks everything: format and version, every field's type and range (paths
+relative and inside the bundle), every file's presence, size and hash, tokenizer
+identity and vocabulary sizes, and the requested draft length against
+max_draft_len. Any failure is one clear OmniDraftError.
 """
 
 from __future__ import annotations
@@ -141,23 +142,7 @@ def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
             f"{', '.join(map(str, READABLE_VERSIONS))}); re-export it"
         )
     try:
-        for role in ROLES:
-            m = manifest["models"][role]
-            for key in ("name", "vocab_size", "max_context", "max_tokens_per_call", "kv_shape", "tokenizer", "graphs"):
-                m[key]
-        files = manifest["files"]
-        int(manifest["max_draft_len"])
-        training = manifest.get("training")
-        if training:
-            int(training["window"]), int(training["mapped"]), list(training["lora_inputs"])
-            manifest["models"]["drafter"]["graphs"]["executorch_train"]
-            manifest["models"]["drafter"]["graphs"]["executorch_lora"]
-        head = manifest["models"]["drafter"].get("acceptance_head")
-        if head is not None and int(head["features"]) < 1 + 2:
-            raise ValueError("acceptance_head.features")
-        draft_head = manifest["models"]["drafter"].get("draft_head")
-        if draft_head is not None and not 1 <= int(draft_head["tokens"]) <= int(manifest["models"]["drafter"]["vocab_size"]):
-            raise ValueError("draft_head.tokens")
+        files = _validate(manifest)
     except (KeyError, TypeError, ValueError) as e:
         raise OmniDraftError(f"bundle.json in {root} is missing field (or has a bad value) {e}") from None
     for rel, entry in files.items():
@@ -174,6 +159,79 @@ def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
             if rel not in listed:
                 raise OmniDraftError(f"bundle graph {rel} is not listed in bundle.json files")
     return Bundle(root, manifest)
+
+
+def _need(ok: bool, field: str) -> None:
+    if not ok:
+        raise ValueError(field)
+
+
+def _positive(value, field: str) -> int:
+    _need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, field)
+    return value
+
+
+def _relative(path, field: str) -> str:
+    _need(isinstance(path, str) and path and not Path(path).is_absolute() and ".." not in Path(path).parts, field)
+    return path
+
+
+def _validate(manifest: dict) -> dict:
+    """Every field the runtime reads, with its type and range; returns the files table."""
+    models = manifest["models"]
+    _need(isinstance(models, dict), "models")
+    for role in ROLES:
+        m = models[role]
+        _need(isinstance(m, dict), f"models.{role}")
+        _need(isinstance(m["name"], str) and m["name"], f"models.{role}.name")
+        for key in ("vocab_size", "max_context", "max_tokens_per_call"):
+            _positive(m[key], f"models.{role}.{key}")
+        kv = m["kv_shape"]
+        _need(isinstance(kv, list) and len(kv) == 5 and all(isinstance(x, int) and x >= 1 for x in kv),
+              f"models.{role}.kv_shape")
+        _relative(m["tokenizer"], f"models.{role}.tokenizer")
+        _need(isinstance(m.get("tokenizer_fingerprint"), str), f"models.{role}.tokenizer_fingerprint")
+        graphs = m["graphs"]
+        _need(isinstance(graphs, dict) and graphs, f"models.{role}.graphs")
+        for key, rel in graphs.items():
+            _relative(rel, f"models.{role}.graphs.{key}")
+    files = manifest["files"]
+    _need(isinstance(files, dict) and files, "files")
+    for rel, entry in files.items():
+        _relative(rel, "files")
+        _need(isinstance(entry, dict), f"files.{rel}")
+        _need(isinstance(entry.get("size"), int) and entry["size"] >= 0, f"files.{rel}.size")
+        _need(isinstance(entry.get("sha256"), str) and len(entry["sha256"]) == 64, f"files.{rel}.sha256")
+    for role in ROLES:
+        for rel in models[role]["graphs"].values():
+            _need(rel in files, f"files (graph {rel} is not listed)")
+    _positive(manifest["max_draft_len"], "max_draft_len")
+    training = manifest.get("training")
+    if training:
+        _need(isinstance(training, dict), "training")
+        _positive(training["window"], "training.window")
+        _positive(training["mapped"], "training.mapped")
+        lora = training["lora_inputs"]
+        _need(isinstance(lora, list) and all(
+            isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], list)
+            and all(isinstance(d, int) and d >= 1 for d in x[1]) for x in lora), "training.lora_inputs")
+        for key in ("executorch_train", "executorch_lora"):
+            _need(key in models["drafter"]["graphs"], f"models.drafter.graphs.{key}")
+    head = models["drafter"].get("acceptance_head")
+    if head is not None:
+        _need(isinstance(head, dict) and isinstance(head.get("features"), int) and head["features"] >= 3,
+              "acceptance_head.features")
+    draft_head = models["drafter"].get("draft_head")
+    if draft_head is not None:
+        _need(isinstance(draft_head, dict) and isinstance(draft_head.get("tokens"), int)
+              and 1 <= draft_head["tokens"] <= models["drafter"]["vocab_size"], "draft_head.tokens")
+    for key in ("eos_ids", "chat_eos_ids"):
+        ids = manifest.get(key, [])
+        _need(isinstance(ids, list) and all(isinstance(i, int) and 0 <= i < models["target"]["vocab_size"]
+                                            for i in ids), key)
+    cache = manifest.get("ngram_cache")
+    _need(cache is None or (_relative(cache, "ngram_cache") in files), "ngram_cache")
+    return files
 
 
 def check_tokenizer(bundle: Bundle, role: str, vocab) -> None:

@@ -95,18 +95,30 @@ class Pair:
         return self.target_vocab.tokenizer.encode(text, add_special_tokens=True)
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
-        """A conversation (roles user/assistant) in the target's chat format, ready for its reply."""
+        """A conversation (roles user/assistant) in the target's chat format, ready for its reply.
+
+        Control tokens come only from the template: each message's text is tokenized as text,
+        so a message that contains e.g. "<end_of_turn>" cannot forge a turn boundary.
+        """
         tok = self.target_vocab.tokenizer
+        marks = [f"\ue000{i}\ue001" for i in range(len(messages))]  # private-use placeholders
+        shell = [{"role": m["role"], "content": mark} for m, mark in zip(messages, marks)]
         if getattr(tok, "chat_template", None):
-            rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            return tok.encode(rendered, add_special_tokens=False)
-        if "<start_of_turn>" in tok.get_vocab():
-            turns = "".join(
-                GEMMA_TURN.format(role="model" if m["role"] == "assistant" else "user", content=m["content"])
-                for m in messages
-            )
-            return tok.encode(turns + "<start_of_turn>model\n", add_special_tokens=True)
-        raise OmniDraftError(f"target {self.target_name} has no chat template; drop --chat")
+            rendered = tok.apply_chat_template(shell, tokenize=False, add_generation_prompt=True)
+            ids = []
+        elif "<start_of_turn>" in tok.get_vocab():
+            rendered = "".join(GEMMA_TURN.format(role="model" if m["role"] == "assistant" else "user",
+                                                 content=m["content"]) for m in shell) + "<start_of_turn>model\n"
+            ids = [tok.bos_token_id] if tok.bos_token_id is not None else []
+        else:
+            raise OmniDraftError(f"target {self.target_name} has no chat template; drop --chat")
+        start = 0
+        for message, mark in zip(messages, marks):
+            at = rendered.index(mark, start)
+            ids += tok.encode(rendered[start:at], add_special_tokens=False)  # the template's own control tokens
+            ids += tok.encode(message["content"], add_special_tokens=False, split_special_tokens=True)
+            start = at + len(mark)
+        return ids + tok.encode(rendered[start:], add_special_tokens=False)
 
     def eos_ids(self, chat: bool = False) -> frozenset[int]:
         return eos_ids(self.target_vocab.tokenizer, chat)
@@ -125,10 +137,19 @@ class Pair:
             try:
                 if state is lookup:
                     save_lookup(path, lookup, tv.fingerprint, len(tv), log)
+                elif state is self.decoder.ngram_cache:
+                    state.save(path, self.vocab_sizes())
                 else:
                     state.save(path)
             except OSError as e:
                 log(f"[omnidraft] warning: could not save the {what} to {path}: {e.strerror or e}")
+            except Exception as e:  # noqa: BLE001 - a bug must not cost the user what was generated
+                log(f"[omnidraft] warning: could not save the {what} to {path}: {type(e).__name__}: {e}")
+
+    def vocab_sizes(self) -> tuple[int, int] | None:
+        """(drafter, target) vocabulary sizes: the range of ids a state file may hold."""
+        bridge = self.decoder.bridge
+        return (len(bridge.draft), len(bridge.target)) if bridge is not None else None
 
 
 def check_profile(profile: str) -> None:
@@ -144,6 +165,7 @@ def open_pair(o: PairOptions) -> Pair:
     if o.backend not in BACKENDS:
         raise OmniDraftError(f"backend {o.backend!r}: choose from {', '.join(BACKENDS)}")
     check_profile(o.profile)
+    _clean_state_folders()
     with_drafter = o.speculative and o.proposer != "lookup"
     if o.adapt is not None and not with_drafter:
         raise OmniDraftError("adaptation trains the drafter: use --proposer hybrid or drafter, with speculation")
@@ -185,6 +207,16 @@ def open_pair(o: PairOptions) -> Pair:
     proposer = drafting if o.proposer == "drafter" else Hybrid(lookup, drafting)
     pair.decoder = SpeculativeDecoder(target, target_vocab, proposer, adapter)
     return pair
+
+
+def _clean_state_folders() -> None:
+    """Temporaries a killed process left in the state folders (old enough not to be a live writer's)."""
+    from .atomic import remove_stale_temporaries
+
+    for folder in ("ngram", "adapters", "history"):
+        removed = remove_stale_temporaries(state.omnidraft_home() / folder)
+        if removed:
+            log(f"[omnidraft] removed {len(removed)} temporary file(s) left by a killed process in {folder}/")
 
 
 def _eager_models(o: PairOptions, with_drafter: bool):
@@ -247,10 +279,11 @@ def _open_cache(bridge, drafter_name, target_name, o: PairOptions, seed_file=Non
         return None, None
     pair_id, size = bridge.pair_id, o.ngram_cache_size
     path = state.ngram_path(drafter_name, target_name, pair_id)
+    sizes = (len(bridge.draft), len(bridge.target))
     if path.exists() or seed_file is None:
-        return load_or_fresh(path, pair_id, size, warn=log), path
+        return load_or_fresh(path, pair_id, size, log, sizes), path
     try:  # first run of a bundle: start from the cache it shipped with (never modify the bundle)
-        return NGramCache.load(seed_file, pair_id, size), path
+        return NGramCache.load(seed_file, pair_id, size, sizes), path
     except CacheFileError as e:
         log(f"[omnidraft] warning: the bundle's n-gram cache is {e}; starting a fresh cache")
         return NGramCache(pair_id, size), path

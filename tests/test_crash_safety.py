@@ -22,8 +22,8 @@ version = 0
 while True:
     version += 1
     cache = NGramCache("pair", max_entries=100_000)
-    for i in range(20_000):  # about 0.5 MB per save
-        cache.add(version, [i, i + 1, version % 97 + 2])
+    for i in range(20_000):  # about 0.5 MB per save; the same spellings, a new target id per version
+        cache.add(version, [i, i + 1, 2])
     cache.save(path)
     print(version, flush=True)
 """
@@ -44,7 +44,7 @@ def test_sigkill_while_saving_never_corrupts(tmp_path, trials):
         versions = {t for _, t, _ in loaded.items()}
         assert len(versions) == 1 and len(loaded) == 20_000
     assert path.exists()
-    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "cache.json"]
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name not in ("cache.json", "cache.json.lock")]
     # a kill between create and rename can leave a temp file behind; it is never the real name
     assert all(name.startswith(".cache.json.") and name.endswith(".tmp") for name in leftovers)
 
@@ -156,13 +156,14 @@ def test_full_disk_save_warns_and_keeps_old_file(tmp_path, monkeypatch):
     class _Decoder:  # Pair.save_cache only reads what the pair learned online
         ngram_cache = cache
         predictor = AcceptancePredictor(AcceptanceHead.initial(6))
-        lookup = None
+        lookup = bridge = None
 
     Pair(_Decoder(), "t", "d", None, cache_path=path, predictor_path=tmp_path / "head.npz").save_cache()
     assert path.read_bytes() == before
     assert len(messages) == 2 and all("No space left on device" in m for m in messages)
     assert "acceptance head" in messages[1]
-    assert [p.name for p in tmp_path.iterdir()] == ["cache.json"]  # no head file, no temporary left
+    # no head file, no temporary left (the lock file beside the cache is how processes share it)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.json", "cache.json.lock"]
 
 
 def test_soak_command_reports_memory_cache_rollbacks_and_acceptance(tmp_path, tiny_checkpoints):

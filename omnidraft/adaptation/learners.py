@@ -66,10 +66,24 @@ class EagerLearner:
                 "optimizer": copy.deepcopy(self.optimizer.state_dict())}
 
     def load_state(self, state: dict) -> None:
+        """ValueError (nothing changed) unless the weights and the optimizer state fit this drafter."""
+        self._check_optimizer(state["optimizer"])
         copy_into(self.trainable, state["weights"])
         forget_merged(self.model)
         self._sync_draft_head()
         self.optimizer.load_state_dict(state["optimizer"])
+
+    def _check_optimizer(self, saved: dict) -> None:
+        groups = saved.get("param_groups") if isinstance(saved, dict) else None
+        if not isinstance(groups, list) or len(groups) != 1 or groups[0].get("params") != list(range(len(self.params))):
+            raise ValueError("the saved optimizer state does not match the drafter's trainable tensors")
+        for i, moments in saved.get("state", {}).items():
+            if not isinstance(i, int) or not 0 <= i < len(self.params) or not isinstance(moments, dict):
+                raise ValueError("damaged optimizer state")
+            for key in ("exp_avg", "exp_avg_sq"):
+                t = moments.get(key)
+                if not torch.is_tensor(t) or t.shape != self.params[i].shape or not torch.isfinite(t).all():
+                    raise ValueError(f"saved optimizer {key} {i} does not fit its tensor")
 
     def extra_bytes(self) -> dict[str, int]:
         opt = sum(t.numel() * t.element_size() for s in self.optimizer.state.values() for t in s.values()

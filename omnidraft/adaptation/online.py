@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..atomic import write_bytes_atomic
-from ..state import set_aside
+from ..state import locked, set_aside
 from .examples import Example, ExampleBuilder, Mapping
 from .learners import EagerLearner
 from .lora import LoRAConfig
@@ -96,6 +96,7 @@ class OnlineAdapter:
         self.stats = AdaptStats()
         self._builder: ExampleBuilder | None = None
         self._since_update = 0
+        self._disk_mark: int | None = None  # the state file's mtime when we last loaded or saved it
 
     # -- the decoder's hooks -------------------------------------------------------------
     def begin(self, draft_prompt: list[int]) -> None:
@@ -106,12 +107,47 @@ class OnlineAdapter:
             self._builder.add(committed, target_logits)
 
     def end(self) -> bool:
-        """Finish the generation; True when the drafter's weights changed (its KV cache is stale)."""
+        """Finish the generation; True when the drafter's weights changed (its KV cache is stale).
+
+        With a state file the whole step is serialized across processes: under the file's lock
+        the adapter first takes over what another process saved since (its weights, optimizer,
+        counters and pending examples), then adds this generation's example, updates if due,
+        and saves everything, pending examples included. So one-prompt runs learn like one
+        stream, and two processes adapting one profile build on each other's updates.
+        """
         example = self._builder.build() if self._builder else None
         self._builder = None
         if example is None:
             return False
-        example = example.window(self.config.window)
+        if self.state_path is None:
+            return self._add(example.window(self.config.window))
+        try:
+            with locked(self.state_path):
+                reloaded = self._catch_up()
+                changed = self._add(example.window(self.config.window))
+                self.save()
+        except OSError as e:  # the lock or the folder is not writable: keep adapting in memory
+            if self.warn:
+                self.warn(f"[omnidraft] warning: could not save the adapter to {self.state_path}: {e.strerror or e}")
+            return False
+        return changed or reloaded
+
+    def _catch_up(self) -> bool:
+        """Load what another process saved since our last load or save; True if the weights changed."""
+        try:
+            mark = self.state_path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return False
+        if mark == self._disk_mark:
+            return False
+        try:
+            self.load(self.state_path)
+        except AdapterFileError as e:
+            set_aside(self.state_path, "bad", f"adapter {self.state_path.name} is {e}; keeping this session's", self.warn)
+            return False
+        return True
+
+    def _add(self, example) -> bool:
         if self.stats.examples % self.config.holdout_every == 0:
             self.heldout.append(example)
         else:
@@ -148,7 +184,6 @@ class OnlineAdapter:
         release_free_memory()  # the step's activations, or a long session's RSS creeps up
         self.stats.updates += 1
         self.stats.update_seconds += time.perf_counter() - start
-        self.save()
         return kept
 
     def summary(self) -> dict:
@@ -176,7 +211,7 @@ class OnlineAdapter:
 
     # -- persistence ------------------------------------------------------------------------
     def save(self) -> None:
-        """Write the adapter (weights, optimizer, counters) atomically; no-op without a path."""
+        """Write the adapter (weights, optimizer, counters, pending examples) atomically; no-op without a path."""
         if self.state_path is None:
             return
         payload = {
@@ -185,11 +220,16 @@ class OnlineAdapter:
             "meta": self.meta,
             "state": self.learner.state(),
             "stats": asdict(self.stats),
+            "since_update": self._since_update,
+            # an update trains on the newest `batch` examples only: those are all a later process needs
+            "buffer": [_example_record(e) for e in list(self.buffer)[-self.config.batch :]],
+            "heldout": [_example_record(e) for e in self.heldout],
         }
         buf = io.BytesIO()
         torch.save(payload, buf)
         try:
             write_bytes_atomic(self.state_path, buf.getvalue())
+            self._disk_mark = self.state_path.stat().st_mtime_ns
         except OSError as e:  # full disk, read-only folder: keep adapting in memory
             if self.warn:
                 self.warn(f"[omnidraft] warning: could not save the adapter to {self.state_path}: {e.strerror or e}")
@@ -207,8 +247,20 @@ class OnlineAdapter:
             stats = payload["stats"]
             if isinstance(stats.get("update_seconds"), list):  # files written before it was a total
                 stats["update_seconds"] = sum(stats["update_seconds"])
-            self.learner.load_state(payload["state"])
-            self.stats = AdaptStats(**stats)
+            stats = AdaptStats(**stats)
+            buffer = [_example_from(r, len(self.mapping)) for r in payload.get("buffer", [])]
+            heldout = [_example_from(r, len(self.mapping)) for r in payload.get("heldout", [])]
+            since = int(payload.get("since_update", 0))
+            if not all(isinstance(getattr(stats, k), int) and getattr(stats, k) >= 0
+                       for k in ("examples", "updates", "rollbacks", "steps")) or not 0 <= since < 10**6:
+                raise AdapterFileError("damaged (counters)")
+            self.learner.load_state(payload["state"])  # checks every tensor before changing anything
+            self.stats, self._since_update = stats, since
+            self.buffer.clear()
+            self.buffer.extend(buffer)
+            self.heldout.clear()
+            self.heldout.extend(heldout)
+            self._disk_mark = path.stat().st_mtime_ns
         except AdapterFileError:
             raise
         except Exception as e:  # noqa: BLE001 - torch.load raises many kinds on a damaged file
@@ -230,3 +282,25 @@ def attach(model, bridge, config: AdaptConfig, state_path: Path | None, meta: di
     else:
         warn(f"[omnidraft] resumed adapter {state_path.name} ({adapter.stats.updates} updates so far)")
     return adapter
+
+
+def _example_record(e: Example) -> dict:
+    """An example as tensors (what torch.load(weights_only=True) reads back)."""
+    return {"ids": torch.from_numpy(np.asarray(e.ids, dtype=np.int64)),
+            "kl_pos": torch.from_numpy(np.asarray(e.kl_pos, dtype=np.int64)),
+            "kl_target": torch.from_numpy(np.asarray(e.kl_target, dtype=np.float16)),
+            "nll_pos": torch.from_numpy(np.asarray(e.nll_pos, dtype=np.int64)),
+            "units": torch.tensor(e.units, dtype=torch.int64).reshape(-1, 2)}
+
+
+def _example_from(r: dict, n_mapped: int) -> Example:
+    """An example read back, every field checked (positions inside the example, rows of the mapped width)."""
+    ids, kl_pos, kl_target, nll_pos, units = (r[k].numpy() for k in ("ids", "kl_pos", "kl_target", "nll_pos",
+                                                                        "units"))
+    n = len(ids)
+    ok = (ids.ndim == 1 and kl_pos.ndim == 1 and nll_pos.ndim == 1 and kl_target.ndim == 2
+          and kl_target.shape == (len(kl_pos), n_mapped) and units.ndim == 2 and units.shape[1] == 2
+          and all(((x >= 0) & (x < n)).all() for x in (kl_pos, nll_pos, units)) and (ids >= 0).all())
+    if not ok:
+        raise AdapterFileError("damaged (a pending example)")
+    return Example(ids, kl_pos, kl_target, nll_pos, [tuple(map(int, u)) for u in units])

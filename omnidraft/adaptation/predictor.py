@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import write_bytes_atomic
+from ..state import locked
 from ..runtime.acceptance import N_CONFIDENCE, AcceptanceHead
 
 SCHEDULES = ("each-prompt", "with-lora")
@@ -64,6 +65,7 @@ class AcceptancePredictor:
         self.seen = 0
         self.last_loss: float | None = None
         self._adam = None
+        self._base: tuple | None = None  # (weight, bias, updates) as last loaded or saved: what a merge adds to
 
     def observe(self, features: list[np.ndarray], labels: np.ndarray) -> None:
         """One verified round: features of each drafted token, their labels (NaN = unjudged)."""
@@ -119,25 +121,58 @@ class AcceptancePredictor:
                 "adam_t": t, "updates": self.updates, "seen": self.seen}
 
     def load_state(self, state: dict) -> None:
+        """ValueError (nothing changed) unless every field has this head's shape and sane values."""
         weight = np.asarray(state["weight"], dtype=np.float32)
+        bias = np.asarray(state["bias"], dtype=np.float32).reshape(-1)
         if weight.shape != self.head.weight.shape:
-            raise ValueError(f"acceptance head has {weight.shape[0]} features, expected {self.head.n_features}")
+            raise ValueError(f"acceptance head has {weight.shape[0] if weight.ndim else 0} features, "
+                             f"expected {self.head.n_features}")
+        if bias.shape != (1,) or not np.isfinite(weight).all() or not np.isfinite(bias).all():
+            raise ValueError("damaged (weights)")
+        adam = None
+        if state["adam_m"] is not None:
+            m, v = np.asarray(state["adam_m"], dtype=np.float64), np.asarray(state["adam_v"], dtype=np.float64)
+            width = (self.head.n_features + 1,)
+            if m.shape != width or v.shape != width or not np.isfinite(m).all() or not (np.isfinite(v) & (v >= 0)).all():
+                raise ValueError("damaged (optimizer state)")
+            adam = [m, v, _count(state["adam_t"])]
+        updates, seen = _count(state["updates"]), _count(state["seen"])
         self.head.weight[:] = weight
-        self.head.bias[:] = np.asarray(state["bias"], dtype=np.float32)
-        self._adam = None if state["adam_m"] is None else [np.asarray(state["adam_m"]), np.asarray(state["adam_v"]),
-                                                           int(state["adam_t"])]
-        self.updates, self.seen = int(state["updates"]), int(state["seen"])
+        self.head.bias[:] = bias
+        self._adam = adam
+        self.updates, self.seen = updates, seen
 
     def save(self, path: Path) -> None:
-        """Atomically, as .npz (used when no adapter file carries the head)."""
-        s = self.state()
-        arrays = {k: np.asarray(v if v is not None else []) for k, v in s.items()}
-        buf = io.BytesIO()
-        np.savez(buf, format=np.asarray(FORMAT), **arrays)
-        write_bytes_atomic(path, buf.getvalue())
+        """Atomically, as .npz, merged under a lock with what another process saved since we loaded:
+        each process's change of the weights is added to the other's (the optimizer moments are ours)."""
+        with locked(path):
+            if self._base is not None and path.exists():
+                other = AcceptancePredictor(AcceptanceHead(self.head.weight.copy(), 0.0), self.config)
+                try:
+                    other._read(path)
+                except ValueError:
+                    other = None
+                base_w, base_b, base_updates = self._base
+                if other is not None and other.updates != base_updates:
+                    self.head.weight[:] = other.head.weight + (self.head.weight - base_w)
+                    self.head.bias[:] = other.head.bias + (self.head.bias - base_b)
+                    self.updates = other.updates + max(self.updates - base_updates, 0)
+            s = self.state()
+            arrays = {k: np.asarray(v if v is not None else []) for k, v in s.items()}
+            buf = io.BytesIO()
+            np.savez(buf, format=np.asarray(FORMAT), **arrays)
+            write_bytes_atomic(path, buf.getvalue())
+            self._mark_base()
+
+    def _mark_base(self) -> None:
+        self._base = (self.head.weight.copy(), self.head.bias.copy(), self.updates)
 
     def load(self, path: Path) -> None:
         """ValueError if the file is not a head for this drafter."""
+        self._read(path)
+        self._mark_base()
+
+    def _read(self, path: Path) -> None:
         try:
             with np.load(path, allow_pickle=False) as z:
                 s = {k: z[k] for k in z.files}
@@ -147,4 +182,14 @@ class AcceptancePredictor:
             raise ValueError("not an OmniDraft acceptance head")
         if s["adam_m"].size == 0:
             s["adam_m"] = s["adam_v"] = None
-        self.load_state(s)
+        try:
+            self.load_state(s)
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"damaged (field {e})") from None
+
+
+def _count(value) -> int:
+    value = np.asarray(value)
+    if value.shape != () or not np.issubdtype(value.dtype, np.integer) or int(value) < 0:
+        raise ValueError("damaged (counters)")
+    return int(value)

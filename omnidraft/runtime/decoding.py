@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import OmniDraftError
+from ..progress import log
 from .acceptance import NO_HEAD
 from .bridge import Proposal, VocabBridge
 from .draft_length import DraftLength
@@ -197,7 +198,12 @@ class SpeculativeDecoder:
         adaptation = None
         if adapter is not None:  # an update runs after the reply, between prompts
             t0 = time.perf_counter()
-            weights_changed = adapter.end()
+            try:
+                weights_changed = adapter.end()
+            except Exception as e:  # noqa: BLE001 - the reply is done: a failed update must not lose it
+                log(f"[omnidraft] warning: the adaptation update failed ({type(e).__name__}: {e}); "
+                    "the reply is kept")
+                weights_changed = True  # the drafter's weights may have moved: its cached keys are stale
             adaptation = dict(adapter.summary(), seconds=time.perf_counter() - t0)
         proposers = proposer.end(weights_changed, remember=learn) if speculative else {}
         stats = self._stats(generated, calls, by_source, proposers, prefill_s, wall)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_bytes_atomic
-from ..state import set_aside
+from ..state import locked, set_aside
 
 FORMAT = "omnidraft-ngram-cache"
 VERSION = 1
@@ -104,39 +104,74 @@ class NGramCache:
             "entries": [[list(k), t, c] for k, t, c in self.items()],
         }
 
-    def save(self, path: str | os.PathLike) -> None:
-        write_bytes_atomic(path, json.dumps(self.to_json(), separators=(",", ":")).encode())
+    def save(self, path: str | os.PathLike, vocab_sizes: tuple[int, int] | None = None) -> None:
+        """Merge with what another process may have saved meanwhile (under a lock), then write atomically.
+
+        Merge: the union of both caches' entries; an entry in both keeps the larger count (both
+        started from the same file, so adding counts would count the shared part twice).
+        """
+        with locked(Path(path)):
+            try:
+                disk = NGramCache.load(path, self.pair_id, self.max_entries, vocab_sizes)
+            except (CacheFileError, FileNotFoundError):
+                disk = None
+            if disk is not None:
+                for key, target, count in disk.items():
+                    if key not in self._target:
+                        self._target[key], self._count[key] = target, count
+                    else:
+                        self._count[key] = max(self._count[key], count)
+                if len(self._target) > self.max_entries:
+                    self._evict()
+            write_bytes_atomic(path, json.dumps(self.to_json(), separators=(",", ":")).encode())
 
     @classmethod
-    def load(cls, path: str | os.PathLike, pair_id: str, max_entries: int | None = None) -> "NGramCache":
+    def load(cls, path: str | os.PathLike, pair_id: str, max_entries: int | None = None,
+             vocab_sizes: tuple[int, int] | None = None) -> "NGramCache":
+        """Every field checked: types, ranges, ids within the (draft, target) vocabularies when given."""
         try:
             data = json.loads(Path(path).read_bytes())
-            if data.get("format") != FORMAT or data.get("version") != VERSION:
-                raise CacheFileError(f"not an n-gram cache of format version {VERSION}")
-            if data["pair_id"] != pair_id:
-                raise CacheFileError(f"belongs to another model pair ({data['pair_id']}, expected {pair_id})")
-            cache = cls(pair_id, max_entries or int(data["max_entries"]), int(data["max_ngram"]))
-            for draft, target, count in data["entries"]:
-                key = tuple(int(d) for d in draft)
-                if not 2 <= len(key) <= cache.max_ngram or int(count) < 1:
-                    raise CacheFileError("malformed entry")
-                cache._target[key] = int(target)
-                cache._count[key] = int(count)
-        except CacheFileError:
+        except FileNotFoundError:
             raise
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CacheFileError(f"unreadable ({type(e).__name__}: {e})") from e
+        except (OSError, ValueError) as e:
+            raise CacheFileError(f"unreadable ({type(e).__name__})") from e
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+            raise CacheFileError(f"not an n-gram cache of format version {VERSION}")
+        if data.get("pair_id") != pair_id:
+            raise CacheFileError(f"belongs to another model pair ({data.get('pair_id')}, expected {pair_id})")
+        size, longest, entries = data.get("max_entries"), data.get("max_ngram"), data.get("entries")
+        if not _is_int(size, 1) or not _is_int(longest, 2) or not isinstance(entries, list):
+            raise CacheFileError("malformed header")
+        n_draft, n_target = vocab_sizes or (None, None)
+        cache = cls(pair_id, max_entries or size, longest)
+        for entry in entries:
+            if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], list)):
+                raise CacheFileError("malformed entry")
+            draft, target, count = entry
+            if not 2 <= len(draft) <= longest or not all(_is_int(d, 0, n_draft) for d in draft) \
+                    or not _is_int(target, 0, n_target) or not _is_int(count, 1):
+                raise CacheFileError("malformed entry (ids out of range or a bad count)")
+            cache._target[tuple(draft)] = target
+            cache._count[tuple(draft)] = count
         if len(cache) > cache.max_entries:
             cache._evict()
         return cache
 
 
-def load_or_fresh(path: Path, pair_id: str, max_entries: int, warn) -> NGramCache:
-    """Load the pair's cache; a corrupt or foreign file is set aside, never fatal."""
+def _is_int(value, low: int, high: int | None = None) -> bool:
+    """An exact JSON integer in [low, high) (not a float, not a bool, not astronomically large)."""
+    return (isinstance(value, int) and not isinstance(value, bool) and low <= value < (high or 2**53))
+
+
+def load_or_fresh(path: Path, pair_id: str, max_entries: int, warn,
+                  vocab_sizes: tuple[int, int] | None = None) -> NGramCache:
+    """Load the pair's cache; a corrupt, foreign or out-of-range file is set aside, never fatal."""
     if not path.exists():
         return NGramCache(pair_id, max_entries)
     try:
-        return NGramCache.load(path, pair_id, max_entries)
+        return NGramCache.load(path, pair_id, max_entries, vocab_sizes)
+    except FileNotFoundError:  # another process set it aside meanwhile
+        return NGramCache(pair_id, max_entries)
     except CacheFileError as e:
         set_aside(path, "bad", f"n-gram cache {path.name} is {e}; starting a fresh cache", warn)
         return NGramCache(pair_id, max_entries)
