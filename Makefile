@@ -32,7 +32,7 @@ demo: prepare
 	$(BIN)/omnidraft generate --prompt "$(PROMPT)" --max-new-tokens 64
 
 test: prepare
-	$(BIN)/python -m pytest -q tests --durations=12
+	$(BIN)/python -m pytest -q tests -n 2 --dist loadfile --durations=12
 	$(MAKE) --no-print-directory test-java
 
 # The Android demo's plain-Java core against golden vectors from the Python reference
@@ -53,7 +53,7 @@ test-java: golden
 		-Domnidraft.models=$(HOME_DIR)/models org.omnidraft.core.TestMain
 
 test-fast: install
-	$(BIN)/python -m pytest -q tests -m "not real and not bundles"
+	$(BIN)/python -m pytest -q tests -n 2 --dist loadfile -m "not real and not bundles"
 
 # Real-pair exports: 8-10 minutes of XNNPACK lowering per model; built once, reused.
 bundles: prepare

@@ -5,16 +5,21 @@ vocabularies, a few MB of weights) so that the loop is tested fast and honestly.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
+import os
 import shutil
+from dataclasses import dataclass
+from unittest import mock
 
 import numpy as np
 import pytest
 import torch
 
 from omnidraft.draft_head import write_head
-from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer, resolve_model_path
+from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer, omnidraft_home, resolve_model_path
 from omnidraft.runtime.runner import EagerRunner
 from omnidraft.runtime.vocab import Vocab
 
@@ -41,7 +46,8 @@ def draft_vocab(drafter_path):
     return Vocab.from_tokenizer(load_tokenizer(drafter_path))
 
 
-def tiny_model(checkpoint, seed: int, init_std: float = 0.5, sliding_window: int | None = None):
+def tiny_model(checkpoint, seed: int, init_std: float = 0.5, sliding_window: int | None = None,
+               vocab_size: int | None = None):
     """A 2-layer, 64-wide random model with the checkpoint's real config and vocabulary.
 
     A large init spreads the logits, so greedy choices are far from ties and the
@@ -61,6 +67,8 @@ def tiny_model(checkpoint, seed: int, init_std: float = 0.5, sliding_window: int
         config.layer_types = ["sliding_attention", "full_attention"]
     if sliding_window is not None:
         config.sliding_window = sliding_window
+    if vocab_size is not None:  # a reduced vocabulary, where only the numerics matter (export, quantization)
+        config.vocab_size = vocab_size
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():  # spread the norms too (Gemma's norm weights start at zero)
@@ -200,6 +208,36 @@ def chi_square_p(counts: dict, law: dict, runs: int) -> float:
     from scipy import stats
 
     return stats.chisquare(obs_cells, exp_cells)[1]
+
+
+@pytest.fixture(autouse=True)
+def own_home(tmp_path_factory, monkeypatch):
+    """Every test gets its own $OMNIDRAFT_HOME (learned state never touches the user's); the prepared
+    models are reached through a link to the real home's models folder."""
+    real = omnidraft_home() / "models"
+    home = tmp_path_factory.mktemp("home")
+    (home / "models").symlink_to(real, target_is_directory=True)
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(home))
+    return home
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args, home=None, stdin: str | None = None) -> Ran:
+    """`omnidraft ARGS` in this process (as `python -m omnidraft` runs it, without the interpreter start-up)."""
+    from omnidraft.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    env = {"OMNIDRAFT_HOME": str(home)} if home is not None else {}
+    with mock.patch.dict(os.environ, env), mock.patch("sys.stdin", io.StringIO(stdin or "")), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return Ran(code, out.getvalue(), err.getvalue())
 
 
 def damaged_copy(bundle_dir, tmp_path, damage):

@@ -1,23 +1,17 @@
 """The CLI against bad input: one line on stderr, a non-zero exit, never a traceback."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from .conftest import HANG_GUARD_SECONDS
+from .conftest import HANG_GUARD_SECONDS, run_cli
 
 
 def run(*args, home=None):
-    env = None
-    if home is not None:
-        import os
-
-        env = {**os.environ, "OMNIDRAFT_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "omnidraft", *args], capture_output=True, text=True, timeout=HANG_GUARD_SECONDS, env=env
-    )
+    return run_cli(*args, home=home)
 
 
 def assert_one_line_error(proc, needle, code=None):
@@ -166,3 +160,15 @@ def test_adapt_stream_samples_strictly(tmp_path, tiny_checkpoints):
     assert sum(w["new_tokens"] for w in first["windows"]) > 0
     same = ("acceptance_rate", "new_tokens", "tokens_per_target_call")
     assert [[w[k] for k in same] for w in first["windows"]] == [[w[k] for k in same] for w in second["windows"]]
+
+
+def test_the_installed_entry_point(tmp_path, tiny_checkpoints):
+    """One real `python -m omnidraft` process: a bad input and a good run (the other CLI tests run in-process)."""
+    env = {**os.environ, "OMNIDRAFT_HOME": str(tmp_path)}
+    bad = subprocess.run([sys.executable, "-m", "omnidraft", "generate", "--prompt", ""], capture_output=True,
+                         text=True, env=env, timeout=HANG_GUARD_SECONDS)
+    assert_one_line_error(bad, "prompt is empty", code=1)
+    ok = subprocess.run([sys.executable, "-m", "omnidraft", "generate", "--prompt", "Hello", "--max-new-tokens", "4",
+                         "--target", str(tiny_checkpoints["target"]), "--drafter", str(tiny_checkpoints["drafter"])],
+                        capture_output=True, text=True, env=env, timeout=HANG_GUARD_SECONDS)
+    assert ok.returncode == 0 and "[speculative] 4 tokens" in ok.stderr, ok.stderr

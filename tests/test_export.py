@@ -19,7 +19,7 @@ from omnidraft.pair import build_bundle_pair, open_runner
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.runner import EagerRunner
 
-from .conftest import HANG_GUARD_SECONDS, TINY_MAX_DRAFT, WITHOUT_TRAINING, damaged_copy, edit_manifest
+from .conftest import TINY_MAX_DRAFT, WITHOUT_TRAINING, damaged_copy, edit_manifest, run_cli, tiny_model
 
 MAX_DRAFT = TINY_MAX_DRAFT
 BACKENDS = ["onnxruntime", "executorch"]
@@ -167,12 +167,7 @@ def test_draft_len_beyond_export_and_missing_backend(bundle_dir, tmp_path):
 
 
 def cli(*args, home):
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "OMNIDRAFT_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "omnidraft", *args], capture_output=True, text=True, env=env, timeout=HANG_GUARD_SECONDS)
+    return run_cli(*args, home=home)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -219,22 +214,24 @@ def test_cli_bundle_errors(bundle_dir, tmp_path, args, needle):
 
 
 @pytest.mark.parametrize("fmt, quant", [("onnx", "int8"), ("executorch", "8da4w"), ("executorch", "8da8w")])
-def test_quantized_graph_top1_agreement(tmp_path, tiny_checkpoints, target_vocab, fmt, quant):
+def test_quantized_graph_top1_agreement(tmp_path, target_path, target_vocab, fmt, quant):
     """Top-1 agreement of a quantized tiny target with fp32 eager on real text.
 
-    Floor 0.5: a broken graph (wrong cache, scrambled weights) agrees at chance,
-    about 1/262144; honest int8/int4 error on this random model flips only the
-    tokens whose top two logits are close. The real pair's figures are measured
-    by benchmarks/backends.py and reported in the README.
+    The tiny target here has a reduced vocabulary of 8,192 tokens (the text's ids folded into
+    it): export and quantization time scale with the vocabulary, the numerics tested do not.
+    Floor 0.5: a broken graph (wrong cache, scrambled weights) agrees at chance, about
+    1/8192; honest int8/int4 error on this random model flips only the tokens whose top two
+    logits are close. The real pair's figures are measured by benchmarks/backends.py.
     """
-    from omnidraft.models import load_model
+    import copy
 
-    ids = target_vocab.tokenizer.encode(
+    vocab = 8192
+    ids = [t % vocab for t in target_vocab.tokenizer.encode(
         "ROMEO. But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
-        "def add(a, b):\n    return a + b\n")[:48]
-    eager = EagerRunner(load_model(tiny_checkpoints["target"]), 64)
+        "def add(a, b):\n    return a + b\n")[:48]]
+    model = tiny_model(target_path, seed=1, sliding_window=8, vocab_size=vocab)
+    eager = EagerRunner(copy.deepcopy(model), 64)
     want = np.concatenate([eager.forward(ids[i:i + 8], i, len(ids[i:i + 8])) for i in range(0, len(ids), 8)])
-    model = load_model(tiny_checkpoints["target"])
     if fmt == "onnx":
         from omnidraft.export.onnx_export import export_onnx
         from omnidraft.runtime.onnx_runner import OnnxRunner
@@ -260,16 +257,8 @@ def test_quantized_graph_top1_agreement(tmp_path, tiny_checkpoints, target_vocab
 
 def test_simulator_chat_session_and_report(bundle_dir, tmp_path):
     """Two chat turns through stdin on onnxruntime, then the JSON report and the plot."""
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "OMNIDRAFT_HOME": str(tmp_path)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "omnidraft", "simulate", "--bundle", str(bundle_dir), "--threads", "1",
-         "--max-new-tokens", "8", "--report", str(tmp_path / "rep")],
-        input="Hello there\nAnd again?\n\n", capture_output=True, text=True, env=env, timeout=HANG_GUARD_SECONDS,
-    )
+    proc = run_cli("simulate", "--bundle", bundle_dir, "--threads", "1", "--max-new-tokens", "8", "--report",
+                   tmp_path / "rep", home=tmp_path, stdin="Hello there\nAnd again?\n\n")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("model> ") == 2
     assert proc.stderr.count("tok/call") == 2 and "RSS" in proc.stderr
@@ -281,15 +270,8 @@ def test_simulator_chat_session_and_report(bundle_dir, tmp_path):
 
 
 def _chat(bundle_dir, home, *extra):
-    import os
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "omnidraft", "simulate", "--bundle", str(bundle_dir), "--threads", "1",
-         "--max-new-tokens", "8", "--report", str(home / "rep"), *extra],
-        input="Hello there\nAnd again?\nOnce more.\n\n", capture_output=True, text=True, timeout=HANG_GUARD_SECONDS,
-        env={**os.environ, "OMNIDRAFT_HOME": str(home)})
+    return run_cli("simulate", "--bundle", bundle_dir, "--threads", "1", "--max-new-tokens", "8", "--report",
+                   home / "rep", *extra, home=home, stdin="Hello there\nAnd again?\nOnce more.\n\n")
 
 
 def test_simulator_adapts_lora_on_executorch_and_stays_exact(bundle_dir, tmp_path):

@@ -108,7 +108,8 @@ def test_damaged_manifest_is_one_clear_error(home, tiny_bundle, name, damage, ne
         code, _, err = cli(*command)
         lines = [x for x in err.splitlines() if x.strip()]
         assert code == 1 and len(lines) == 1 and needle in lines[0], err
-    FAULTS.append((name, f"one line: `{lines[0][:90]}...`, exit 1 (generate and simulate)"))
+    FAULTS.append((name, f"one line naming the field (`...{lines[0].split('bad value) ')[-1]}`), exit 1 "
+                         "(generate and simulate)"))
 
 
 def test_set_aside_twice_in_one_second_and_by_two_processes(tmp_path):
