@@ -281,6 +281,7 @@ def cmd_generate(args) -> int:
         "adaptation": s.get("adaptation"),
         "proposer": None if args.no_speculation else args.proposer,
         "proposals": s["proposals"],
+        "timings": s["timings"],
         "lookup": s["lookup"],
         "hybrid": s["hybrid"],
     }
@@ -293,7 +294,7 @@ def cmd_generate(args) -> int:
             f"[{mode}] {s['new_tokens']} tokens in {s['decode_s']:.2f}s ({s['tokens_per_s']:.2f} tok/s), "
             f"{s['tokens_per_target_call']:.2f} tokens/target call, acceptance {s['acceptance_rate']:.2f} "
             f"(accepted/proposed: {opt.proposal_summary(s)}), n-gram hits {s['ngram_cache_hits']}, "
-            f"stop: {result.stop_reason}, threads {report['threads']}",
+            f"stop: {result.stop_reason}, threads {report['threads']}" + "".join(f", {t}" for t in opt.timing_parts(s)),
             file=sys.stderr,
         )
     return 0

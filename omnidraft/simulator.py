@@ -75,11 +75,12 @@ class Simulator:
         cache = self.pair.decoder.ngram_cache
         adapted = turn.get("adaptation")
         lora = f" | LoRA updates {adapted['updates']} ({adapted['rollbacks']} rolled back)" if adapted else ""
-        from .options import proposal_summary
+        from .options import proposal_summary, timing_parts
 
         return (
             f"[{turn['tokens_per_s']:.1f} tok/s | {turn['tokens_per_target_call']:.2f} tok/call | "
             f"acceptance {turn['acceptance_rate']:.2f} ({proposal_summary(turn)}) | "
+            + "".join(f"{t} | " for t in timing_parts(turn)) +
             f"n-gram cache {len(cache) if cache else 0}{lora} | "
             f"RSS {turn['rss_mb']:.0f} MB (peak {turn['peak_rss_mb']:.0f})]"
         )

@@ -139,6 +139,7 @@ class SpeculativeDecoder:
         generated: list[int] = []
         by_source: dict[str, Counter] = {}
         calls, stop_reason, rounds = 0, None, []  # rounds: (seconds since start, proposed, accepted)
+        call_times: dict[bool, list[float]] = {False: [], True: []}  # target call seconds: one token / verification
 
         start = time.perf_counter()
         reused = prefill(target, seq)  # reuse what the cache holds (a chat's earlier turns)
@@ -167,6 +168,7 @@ class SpeculativeDecoder:
             logits = target.forward(pending, target.position, m + 1)
             seconds = time.perf_counter() - t0
             calls += 1
+            call_times[len(pending) > 1].append(seconds)
             n, next_token = verify(proposal, logits, config.sampler, rng)
             # accept
             rnd = Round(len(seq), proposal, n, next_token, logits, seconds, len(pending))
@@ -207,6 +209,7 @@ class SpeculativeDecoder:
             adaptation = dict(adapter.summary(), seconds=time.perf_counter() - t0)
         proposers = proposer.end(weights_changed, remember=learn) if speculative else {}
         stats = self._stats(generated, calls, by_source, proposers, prefill_s, wall)
+        stats["timings"] = _timings(call_times, proposers.get(DRAFTER, {}).get("step_seconds", []))
         lengths = Counter(n for _, _, n in rounds)
         stats["accepted_length_histogram"] = {str(k): v for k, v in sorted(lengths.items())}
         if adaptation is not None:
@@ -247,6 +250,14 @@ class SpeculativeDecoder:
             "cross_vocab": self.cross_vocab,
             "vocab_intersection": self.bridge.intersection_size if self.bridge else None,
         }
+
+
+def _timings(call_times: dict, drafter_steps: list[float]) -> dict:
+    """Median target call (one token, and verification) and drafter step, in ms, and c = drafter / target step."""
+    med = lambda xs: 1000 * float(np.median(xs)) if xs else None  # noqa: E731
+    step, drafter = med(call_times[False]), med(drafter_steps)
+    return {"target_step_ms": step, "target_verify_ms": med(call_times[True]), "drafter_step_ms": drafter,
+            "cost_ratio_c": drafter / step if step and drafter else None}
 
 
 class _TextStream:

@@ -12,6 +12,8 @@ target tokens.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from .acceptance import draft_labels
@@ -36,6 +38,7 @@ class DraftModel:
         self.draft_seq: list[int] = []
         self._last: tuple | None = None  # (draft ids, features) of the proposal in flight
         self.counters = {}
+        self.step_seconds: list[float] = []
 
     @classmethod
     def between(cls, target: ModelRunner, target_vocab, drafter: ModelRunner, draft_vocab,
@@ -59,6 +62,7 @@ class DraftModel:
         prefill(self.drafter, self.draft_seq)
         self._last = None
         self.counters = dict(drafter_calls=0, draft_tokens=0, rounds_drafted=0, ngram_hits=0, ngram_accepted=0)
+        self.step_seconds: list[float] = []
 
     @property
     def length(self) -> DraftLength:
@@ -90,7 +94,7 @@ class DraftModel:
         drafter, draft_seq, sampler, c = self.drafter, self.draft_seq, self._config.sampler, self.counters
         if drafter.position >= len(draft_seq):  # nothing new to feed (the last text was unspellable)
             drafter.rollback(len(draft_seq) - 1)
-        logits = drafter.forward(draft_seq[drafter.position :], drafter.position)[-1]
+        logits = drafter.forward(draft_seq[drafter.position :], drafter.position)[-1]  # catching up, then a step
         c["drafter_calls"] += 1
         ids, qs, dists, features = [], [], [], []
         special = self.bridge.draft.special
@@ -113,7 +117,9 @@ class DraftModel:
             if self.length.stop(head[1] if head else None):
                 break
             if i + 1 < k:
+                t0 = time.perf_counter()
                 logits = drafter.forward([d], drafter.position)[-1]
+                self.step_seconds.append(time.perf_counter() - t0)  # one-token steps: the cost ratio's numerator
                 c["drafter_calls"] += 1
         c["draft_tokens"] += len(ids)
         c["rounds_drafted"] += 1
@@ -146,7 +152,7 @@ class DraftModel:
     def end(self, weights_changed: bool = False, remember: bool = True) -> dict:
         if weights_changed:
             self.drafter.reset()  # new weights: the drafter's cached keys and values are stale
-        stats = dict(self.counters)
+        stats = dict(self.counters, step_seconds=self.step_seconds)
         if self.predictor is not None:
             self.predictor.end_generation(weights_changed)
             stats["predictor"] = self.predictor.summary()

@@ -7,6 +7,7 @@ tokens and their positions; rollback is free (positions are simply rewritten).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 
@@ -49,12 +50,14 @@ class ExecuTorchRunner(ModelRunner):
 
 @contextlib.contextmanager
 def _quiet_stderr():
+    """Silence the runtime's start-up logging, whether it writes to file descriptor 2 or to sys.stderr."""
     sys.stderr.flush()
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 2)
-        yield
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
     finally:
         os.dup2(saved, 2)
         os.close(saved)
