@@ -108,8 +108,15 @@ def test_hybrid_tries_the_drafter_and_drops_it_when_it_does_not_pay(tiny_target,
                                                                explore_every=8))
     got = dec.generate(target_vocab.tokenizer.encode("Once upon a time"), GenerationConfig(40, draft_len=2))
     choices = got.stats["hybrid"]["choices"]
-    # a drafter call costs 100 target steps here: tried first, then re-checked after 8, 16, 32, ... rounds
-    assert choices["none"] >= 30 and 2 <= choices["drafter"] <= 4
+    # a drafter call costs 100 target steps here: tried once, then never again (even always right it could
+    # not pay); at 0.3 of a target step it is re-checked after 8, 16, 32, ... rounds without it
+    assert choices["none"] >= 30 and choices["drafter"] == 1
+    drafting = DraftModel.between(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    dec = SpeculativeDecoder(tiny_target, target_vocab, Hybrid(None, drafting, CallCosts(fixed=(1.0, 0.01, 0.3)),
+                                                               explore_every=8))
+    got = dec.generate(target_vocab.tokenizer.encode("Once upon a time"), GenerationConfig(40, draft_len=2))
+    choices = got.stats["hybrid"]["choices"]
+    assert choices["none"] >= 25 and 2 <= choices["drafter"] <= 4
 
 
 def test_lookup_sampling_reproduces_the_target_distribution():

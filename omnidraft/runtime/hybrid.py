@@ -10,8 +10,10 @@ T(n), the target's call time for n tokens, and the drafter's call time are measu
 on the machine at hand from the loop's own calls (CallCosts). The drafter is tried
 first (its worth is unknown until measured) and then again after `explore_every`
 rounds in which it was not chosen, so that its estimate follows the text; each
-re-check that finds it still not paying doubles that wait (up to MAX_WAIT rounds),
-so a drafter that is too slow for this machine costs almost nothing.
+re-check that finds it still not paying doubles that wait (up to MAX_WAIT rounds).
+A drafter whose measured step is so slow that even perfect acceptance could not
+beat target-only decoding ((K + 1) tokens for K steps and a (K + 1)-token verification)
+is not re-checked at all: on such a machine the hybrid is lookup alone.
 When lookup is chosen the drafter is not called; it catches up in one call the next
 time it drafts. Lookup followed by drafting in the same round is not tried.
 """
@@ -115,6 +117,15 @@ class Hybrid:
         per_call = self.costs.drafter_call() or 0.0
         return gain / (calls * per_call + self.costs.target(1 + proposed))
 
+    def _could_pay(self) -> bool:
+        """Whether the drafter could beat target-only decoding here even if it were always right: K drafted
+        tokens, all accepted, give K + 1 tokens for K drafter steps and a (K + 1)-token verification."""
+        step = self.costs.fixed[2] if self.costs.fixed else self.drafting.step_ema
+        if step is None:
+            return True  # not measured yet
+        k = self.drafting.length.max_len
+        return (k + 1) / (k * step + self.costs.target(k + 1)) > 1.0 / self.costs.target(1)
+
     def propose(self, seq: list[int], budget: int) -> Proposal:
         T = self.costs.target
         best, choice, m = 1.0 / T(1), "none", 0
@@ -125,7 +136,7 @@ class Hybrid:
                 if value > best:
                     best, choice, m = value, LOOKUP, length
         if self.drafting is not None:
-            self._exploring = self._idle >= self._wait and choice != LOOKUP
+            self._exploring = self._idle >= self._wait and choice != LOOKUP and self._could_pay()
             if self._exploring or self._drafter_value() > best:
                 choice = DRAFTER
         self.choices[choice] += 1

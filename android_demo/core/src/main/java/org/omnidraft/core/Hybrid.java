@@ -5,13 +5,15 @@ package org.omnidraft.core;
  * tokens per second: nothing (1 token for T(1)), a lookup prefix of m tokens (1 + E_m tokens for
  * T(m + 1)), or the drafter (its recent tokens per round for its recent cost). T(n) = a + b (n - 1)
  * is fitted from the loop's own target calls (least squares with decay), like the drafter call time.
- * A drafter that does not pay is re-checked after exploreEvery rounds, then ever more rarely.
+ * A drafter that does not pay is re-checked after exploreEvery rounds, then ever more rarely, and never
+ * when even perfect acceptance could not make it pay.
  */
 public final class Hybrid {
     public static final int NONE = 0, LOOKUP = 1, DRAFTER = 2;
     private final double decay;
     private final double[] sums = new double[5]; // weights, n, s, n*n, n*s
     private Double drafterCall; // EMA of seconds per drafter call
+    private Double drafterStep; // EMA of seconds per one-token drafter step
     private double[] drafterRounds; // EMA of (tokens per round, drafter calls, proposed per round)
     private int idle, wait;
     private boolean exploring;
@@ -39,6 +41,10 @@ public final class Hybrid {
     public void observeTarget(int n, double seconds) {
         double[] now = {1.0, n, seconds, (double) n * n, n * seconds};
         for (int i = 0; i < 5; i++) sums[i] = decay * sums[i] + now[i];
+    }
+
+    public void observeDrafterStep(double seconds) {
+        drafterStep = drafterStep == null ? seconds : 0.8 * drafterStep + 0.2 * seconds;
     }
 
     public void observeDrafter(int calls, double seconds, int accepted, int proposed) {
@@ -81,8 +87,15 @@ public final class Hybrid {
         return new double[] {best, m};
     }
 
+    /** Whether even an always-right drafter (maxDraft tokens, all accepted) could beat target-only decoding. */
+    private boolean couldPay(int maxDraft) {
+        double step = fixed != null ? fixed[2] : drafterStep == null ? -1 : drafterStep;
+        if (step < 0) return true; // not measured yet
+        return (maxDraft + 1) / (maxDraft * step + target(maxDraft + 1)) > 1.0 / target(1);
+    }
+
     /** {choice, m}: NONE, LOOKUP with its prefix length m, or DRAFTER. */
-    public int[] choose(double[] lookupProbs, boolean hasDrafter) {
+    public int[] choose(double[] lookupProbs, boolean hasDrafter, int maxDraft) {
         double best = 1.0 / target(1);
         int choice = NONE, m = 0;
         if (lookupProbs != null && lookupProbs.length > 0) {
@@ -94,7 +107,7 @@ public final class Hybrid {
             }
         }
         if (hasDrafter) {
-            exploring = idle >= wait && choice != LOOKUP;
+            exploring = idle >= wait && choice != LOOKUP && couldPay(maxDraft);
             if (exploring || drafterValue() > best) choice = DRAFTER;
         }
         idle = choice == DRAFTER ? 0 : idle + 1;

@@ -90,7 +90,7 @@ public final class SpeculativeLoop {
             if (lookup != null && maxProps > 0) {
                 cands = lookup.find(seq, Math.min(maxProps, maxLookup), useHistory);
                 x = LookupScorer.features(cands);
-                int[] decision = hybrid.choose(scorer.probs(x), speculative && !draftSeq.isEmpty());
+                int[] decision = hybrid.choose(scorer.probs(x), speculative && !draftSeq.isEmpty(), length.maxLen);
                 choice = decision[0];
                 lookupLen = decision[1];
             }
@@ -182,7 +182,9 @@ public final class SpeculativeLoop {
             draftFeatures.add(drafter.lastHeadFeatures);
             if (length.stop(drafter.lastAcceptProb)) break;
             if (i + 1 < k) {
+                long t0 = System.nanoTime();
                 logits = last(drafter.forward(List.of(d), drafter.position(), 1));
+                if (lookup != null) hybrid.observeDrafterStep((System.nanoTime() - t0) / 1e9);
                 r.drafterCalls++;
             }
         }
