@@ -14,6 +14,7 @@ from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.hybrid import Hybrid
 from omnidraft.runtime.lookup import HistoryIndex
 from omnidraft.runtime.lookup_proposer import LookupProposer
+from omnidraft.runtime.stats import Totals
 
 
 def step_ms(runner, prefix, k: int = 1, reps: int = 15) -> float:
@@ -76,9 +77,8 @@ class Method:
             chosen = drafting if proposer == "drafter" else Hybrid(looking, drafting)
         self.decoder = SpeculativeDecoder(base.target, pair.target_vocab, chosen)
         self.learner, self.lora = learner, lora
-        self.totals = dict(tokens=0, calls=0, drafted=0, accepted=0, drafter_calls=0, seconds=0.0, rounds=0,
-                           draft_tokens=0, differ=0, lookup_accepted=0, lookup_proposed=0, lookup_queries=0,
-                           lookup_query_s=0.0)
+        self.totals = Totals()
+        self.differ = 0  # outputs that differ from the reference (target-only)
 
     def run(self, ids, max_new: int, eos) -> list[int]:
         drafter = self.decoder.drafter
@@ -90,36 +90,17 @@ class Method:
         draft = self.draft or {}
         config = GenerationConfig(max_new, speculative=self.draft is not None, eos_ids=eos, **draft)
         result = self.decoder.generate(ids, config)
-        st = result.stats
-        t = self.totals
-        for key, stat in (("tokens", "new_tokens"), ("calls", "target_calls"), ("drafted", "drafted"),
-                          ("accepted", "accepted"), ("drafter_calls", "drafter_calls"), ("seconds", "decode_s"),
-                          ("draft_tokens", "draft_tokens")):
-            t[key] += st[stat]
-        lookup = st["proposals"].get("lookup", {})
-        t["lookup_accepted"] += lookup.get("accepted", 0)
-        t["lookup_proposed"] += lookup.get("proposed", 0)
-        if st.get("lookup"):
-            t["lookup_queries"] += st["lookup"]["queries"]
-            t["lookup_query_s"] += st["lookup"]["queries"] * st["lookup"]["query_ms_mean"] / 1000
-        t["rounds"] += st["proposals"].get("drafter", {}).get("rounds", 0)  # for the mean draft length
+        self.totals += Totals.of(result.stats)
         return result.token_ids
 
     def summary(self, base_tps: float) -> dict:
-        return summarize(self.totals, base_tps)
+        return summarize(self.totals, self.differ, base_tps)
 
 
-def summarize(t: dict, base_tps: float) -> dict:
+def summarize(t: Totals, differ: int, base_tps: float) -> dict:
     """A method's figures from its (possibly summed) totals; speedup against base_tps tokens/s."""
-    tps = t["tokens"] / max(t["seconds"], 1e-9)
-    return {"tokens_per_target_call": t["tokens"] / max(t["calls"], 1),
-            "drafter_calls_per_token": t["drafter_calls"] / max(t["tokens"], 1),
-            "acceptance_rate": t["accepted"] / t["drafted"] if t["drafted"] else None,
-            "mean_draft_len": t["draft_tokens"] / max(t["rounds"], 1),
-            "tokens_per_s": tps, "speedup": tps / base_tps if base_tps else None,
-            "outputs_differing": t["differ"], "new_tokens": t["tokens"],
-            "lookup_share": t.get("lookup_accepted", 0) / max(t["tokens"], 1),
-            "lookup_query_ms": 1000 * t["lookup_query_s"] / t["lookup_queries"] if t.get("lookup_queries") else None}
+    s = t.summary()
+    return {**s, "speedup": s["tokens_per_s"] / base_tps if base_tps else None, "outputs_differing": differ}
 
 
 def hf_generate(target_model, ids: list[int], eos, max_new: int, **assist) -> tuple[list[int], float]:

@@ -96,11 +96,11 @@ def main() -> int:
             for name, method in runs.items():
                 out = method.run(ids, args.max_new_tokens, eos)
                 reference = out if reference is None else reference
-                method.totals["differ"] += out != reference
+                method.differ += out != reference
             print(f"[{domain} {i + 1}/{args.prompts}] " + " ".join(
-                f"{n.split()[-1]}:{m.totals['tokens'] / max(m.totals['seconds'], 1e-9):.2f}"
+                f"{n.split()[-1]}:{m.totals.tokens_per_s:.2f}"
                 for n, m in runs.items()) + f" tok/s ({time.perf_counter() - start:.0f}s)", file=sys.stderr, flush=True)
-        base_tps = runs["target-only"].summary(0)["tokens_per_s"]
+        base_tps = runs["target-only"].totals.tokens_per_s
         for name, method in runs.items():
             if method.decoder.predictor is not None:
                 prob, label = np.asarray(method.predictor.track).T

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import torch
@@ -51,6 +50,7 @@ from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.lookup import HistoryIndex
 from omnidraft.runtime.lookup_proposer import LookupProposer
 from omnidraft.runtime.ngram_cache import NGramCache
+from omnidraft.runtime.stats import Totals
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import Method, ceiling, hf_generate, save_results, step_ms, summarize  # noqa: E402
@@ -190,13 +190,13 @@ def run_system(label: str, pair, args, bar) -> dict:
         except OmniDraftError as e:
             why_not = str(e)
     peers = args.extended and args.peers and hasattr(drafter, "model")
-    totals: dict[str, Counter] = {}
+    groups: dict[str, dict[str, list]] = {}  # group -> method -> [Totals, outputs differing]
     out = {"system": label, "backend": dec.target.backend, "drafter": pair.drafter_name, "target": pair.target_name,
            "cost_ratio_c": c, "target_step_ms": step, "adaptation": why_not, "workloads": {}}
     for workload in args.workloads:
         warm = warm_up(pair, learner, zero_lora, workload, args, bar)
         methods = make_methods(pair, args, learner, zero_lora, warm)
-        peer_totals = {name: Counter() for name in (PEERS if peers else ())}
+        peer_runs = {name: [Totals(), 0] for name in (PEERS if peers else ())}
         for item in corpora.workload(workload, args.prompts, args.seed, "eval", args.prompt_chars):
             ids = encode(pair, item, workload)
             eos = pair.eos_ids(is_chat(item, workload))
@@ -207,7 +207,7 @@ def run_system(label: str, pair, args, bar) -> dict:
             for method in methods.values():
                 tokens = method.run(ids, args.max_new_tokens, eos)
                 reference = tokens if reference is None else reference
-                method.totals["differ"] += tokens != reference
+                method.differ += tokens != reference
             if peers:
                 if learner is not None:
                     learner.load_state(zero_lora)  # the peer drafts with the pretrained drafter
@@ -215,29 +215,34 @@ def run_system(label: str, pair, args, bar) -> dict:
                 for name, assist in zip(PEERS, ({}, dict(assistant_model=hf_drafter, tokenizer=pair.target_vocab.tokenizer,
                                                           assistant_tokenizer=dec.bridge.draft.tokenizer))):
                     tokens, seconds = hf_generate(hf_target, ids, eos, args.max_new_tokens, **assist)
-                    peer_totals[name].update(tokens=len(tokens), seconds=seconds, differ=int(tokens != reference))
-            bar.set_postfix_str(f"{workload} " + " ".join(
-                f"{m.totals['tokens'] / max(m.totals['seconds'], 1e-9):.1f}" for m in methods.values()) + " tok/s")
+                    peer_runs[name][0] += Totals(generations=1, new_tokens=len(tokens), decode_s=seconds)
+                    peer_runs[name][1] += tokens != reference
+            bar.set_postfix_str(f"{workload} " + " ".join(f"{m.totals.tokens_per_s:.1f}" for m in methods.values())
+                                + " tok/s")
             bar.update()
-        base_tps = methods["target-only"].summary(0)["tokens_per_s"]
-        rows = {name: m.summary(base_tps) for name, m in methods.items()}
-        for name, t in peer_totals.items():
-            rows[name] = summarize(Counter(calls=0, **t), base_tps) | {"tokens_per_target_call": None}
+        runs = {name: [m.totals, m.differ] for name, m in methods.items()} | peer_runs
+        base_tps = methods["target-only"].totals.tokens_per_s
+        rows = {name: _row(name, t, differ, base_tps, c) for name, (t, differ) in runs.items()}
         adapter = warm[4]
         out["workloads"][workload] = {"methods": rows, "adaptation": adapter.report() if adapter is not None else None}
-        for name, m in list(methods.items()) + list(peer_totals.items()):
-            totals.setdefault(f"{_group(workload)}|{name}", Counter()).update(m.totals if isinstance(m, Method) else m)
+        for name, (t, differ) in runs.items():
+            total = groups.setdefault(_group(workload), {}).setdefault(name, [Totals(), 0])
+            total[0] += t
+            total[1] += differ
     out["groups"] = {}
-    for key, t in totals.items():
-        group, name = key.split("|", 1)
-        base = totals.get(f"{group}|target-only")
-        row = summarize(Counter(t), summarize(Counter(base), 0)["tokens_per_s"] if base else 0)
-        if name in PEERS:
-            row["tokens_per_target_call"] = None
-        elif row["acceptance_rate"] is not None and name.startswith(("drafter", "k=", "adapted")):
-            row["ceiling"] = ceiling(row["acceptance_rate"], row["mean_draft_len"], c)
-        out["groups"].setdefault(group, {})[name] = row
+    for group, runs in groups.items():
+        base_tps = runs["target-only"][0].tokens_per_s
+        out["groups"][group] = {name: _row(name, t, differ, base_tps, c) for name, (t, differ) in runs.items()}
     return out
+
+
+def _row(name: str, t, differ: int, base_tps: float, c: float) -> dict:
+    row = summarize(t, differ, base_tps)
+    if name in PEERS:
+        row["tokens_per_target_call"] = None
+    elif row["acceptance_rate"] is not None and name.startswith(("drafter", "k=", "adapted")):
+        row["ceiling"] = ceiling(row["acceptance_rate"], row["mean_draft_len"], c)
+    return row
 
 
 def _group(workload: str) -> str:

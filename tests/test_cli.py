@@ -142,11 +142,13 @@ def test_adapt_stream(tmp_path, tiny_checkpoints):
 
 
 def test_adapt_stream_samples_strictly(tmp_path, tiny_checkpoints):
-    """`omnidraft adapt` under sampling: it adapts, strict mode proposes no n-gram merges, and a seed repeats a run."""
+    """`omnidraft adapt` under sampling: it adapts, strict mode proposes no n-gram merges, and a seed repeats a run
+    (with a fixed proposer: the hybrid's choices follow measured timings, so under sampling its draws may differ)."""
     stream = tmp_path / "stream.txt"
     stream.write_text("The cat sat on\nOnce upon a time\nHello, my name is\nThe weather today\n")
     args = ("adapt", "--stream", str(stream), "--window", "2", "--max-new-tokens", "10", "--adapt-every", "1",
             "--temperature", "0.9", "--top-p", "0.95", "--strict-sampling", "--seed", "5", "--json",
+            "--proposer", "drafter",
             "--target", str(tiny_checkpoints["target"]), "--drafter", str(tiny_checkpoints["drafter"]))
     reports = []
     for home in ("a", "b"):

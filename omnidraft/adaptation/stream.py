@@ -12,45 +12,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..runtime.decoding import GenerationConfig, SpeculativeDecoder
+from ..runtime.stats import Totals
 
 
 @dataclass
 class Window:
-    prompts: int = 0
-    new_tokens: int = 0
-    target_calls: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    drafter_calls: int = 0
-    ngram_cache_hits: int = 0
-    decode_s: float = 0.0
-    adapt_s: float = 0.0
+    """Consecutive prompts of a stream: their summed statistics and their outputs."""
+
+    totals: Totals = field(default_factory=Totals)
     outputs: list = field(default_factory=list)
 
+    @property
+    def prompts(self) -> int:
+        return self.totals.generations
+
     def add(self, result) -> None:
-        s = result.stats
-        self.prompts += 1
-        self.new_tokens += s["new_tokens"]
-        self.target_calls += s["target_calls"]
-        self.drafted += s["drafted"]
-        self.accepted += s["accepted"]
-        self.drafter_calls += s["drafter_calls"]
-        self.ngram_cache_hits += s["ngram_cache_hits"]
-        self.decode_s += s["decode_s"]
-        self.adapt_s += s.get("adaptation", {}).get("seconds", 0.0)
+        self.totals += Totals.of(result.stats)
         self.outputs.append(result.token_ids)
 
     def summary(self) -> dict:
-        return {
-            "prompts": self.prompts,
-            "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
-            "tokens_per_target_call": self.new_tokens / max(self.target_calls, 1),
-            "tokens_per_s": self.new_tokens / max(self.decode_s, 1e-9),
-            "drafter_calls_per_token": self.drafter_calls / max(self.new_tokens, 1),
-            "new_tokens": self.new_tokens,
-            "ngram_cache_hits": self.ngram_cache_hits,
-            "adapt_s": self.adapt_s,
-        }
+        s = self.totals.summary()
+        return {"prompts": self.prompts, **s, "acceptance_rate": s["acceptance_rate"] or 0.0}
 
 
 def run_stream(
