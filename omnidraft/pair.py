@@ -86,6 +86,7 @@ class Pair:
     predictor_path: Path | None = None
     adapter_path: Path | None = None
     history_path: Path | None = None
+    costs_path: Path | None = None
 
     def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
         if not text.strip():
@@ -129,18 +130,26 @@ class Pair:
 
         lookup = self.decoder.lookup
         tv = self.target_vocab
-        for what, state, path in (("n-gram cache", self.decoder.ngram_cache, self.cache_path),
-                                  ("acceptance head", self.decoder.predictor, self.predictor_path),
-                                  ("lookup history", lookup, self.history_path)):
-            if state is None or path is None:
+        hybrid = self.decoder.proposer if isinstance(self.decoder.proposer, Hybrid) else None
+        for what, item, path in (("n-gram cache", self.decoder.ngram_cache, self.cache_path),
+                                 ("acceptance head", self.decoder.predictor, self.predictor_path),
+                                 ("lookup history", lookup, self.history_path),
+                                 ("measured costs", hybrid, self.costs_path)):
+            if item is None or path is None:
                 continue
             try:
-                if state is lookup:
+                if item is lookup:
                     save_lookup(path, lookup, tv.fingerprint, len(tv), log)
-                elif state is self.decoder.ngram_cache:
-                    state.save(path, self.vocab_sizes())
+                elif item is hybrid:
+                    import json
+
+                    from .atomic import write_bytes_atomic
+
+                    write_bytes_atomic(path, json.dumps(hybrid.state()).encode())
+                elif item is self.decoder.ngram_cache:
+                    item.save(path, self.vocab_sizes())
                 else:
-                    state.save(path)
+                    item.save(path)
             except OSError as e:
                 log(f"[omnidraft] warning: could not save the {what} to {path}: {e.strerror or e}")
             except Exception as e:  # noqa: BLE001 - a bug must not cost the user what was generated
@@ -205,15 +214,30 @@ def open_pair(o: PairOptions) -> Pair:
     if o.adapt is not None:
         adapter, pair.adapter_path = _open_adapter(pair, drafting, o)
     proposer = drafting if o.proposer == "drafter" else Hybrid(lookup, drafting)
+    if o.proposer == "hybrid" and drafting is not None:
+        pair.costs_path = state.costs_path(target_name, drafter_name, f"{target.backend}-{drafter.backend}")
+        _load_costs(proposer, pair.costs_path)
     pair.decoder = SpeculativeDecoder(target, target_vocab, proposer, adapter)
     return pair
+
+
+def _load_costs(hybrid: Hybrid, path: Path) -> None:
+    """What the hybrid measured in earlier runs on this machine (a damaged file is set aside)."""
+    import json
+
+    if not path.exists():
+        return
+    try:
+        hybrid.load_state(json.loads(path.read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        state.set_aside(path, "bad", f"costs file {path.name} is unreadable or damaged ({e}); measuring afresh", log)
 
 
 def _clean_state_folders() -> None:
     """Temporaries a killed process left in the state folders (old enough not to be a live writer's)."""
     from .atomic import remove_stale_temporaries
 
-    for folder in ("ngram", "adapters", "history"):
+    for folder in ("ngram", "adapters", "history", "costs"):
         removed = remove_stale_temporaries(state.omnidraft_home() / folder)
         if removed:
             log(f"[omnidraft] removed {len(removed)} temporary file(s) left by a killed process in {folder}/")

@@ -4,6 +4,7 @@
     adapters/<drafter>--<target>--<pair>--<profile>.pt  the drafter's LoRA adapter
     adapters/<drafter>--<target>--<pair>--<profile>.head.npz   the acceptance head
     history/<target>--<tokenizer>--<profile>.npz        the lookup history and scorer
+    costs/<target>--<drafter>--<backend>.json           what the hybrid policy measured on this machine
 
 A damaged or foreign state file is never deleted and never left to fail the next run:
 it is renamed to `<name>.<tag>-<time>-<pid>[-n]` (unique, so two processes or two
@@ -37,6 +38,10 @@ def head_path(drafter: str, target: str, pair_id: str, profile: str) -> Path:
 
 def history_path(target: str, fingerprint: str, profile: str) -> Path:
     return omnidraft_home() / "history" / f"{target}--{fingerprint}--{profile}.npz"
+
+
+def costs_path(target: str, drafter: str, backend: str) -> Path:
+    return omnidraft_home() / "costs" / f"{target}--{drafter}--{backend}.json"
 
 
 def set_aside(path: Path, tag: str, message: str, warn) -> Path | None:

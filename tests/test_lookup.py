@@ -1,5 +1,7 @@
 """Lookup proposals: the index, the walk, the scorer, the hybrid policy, exactness, and the history file."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -238,3 +240,18 @@ def test_an_unwritable_history_folder_warns_and_loses_nothing_else(tmp_path, tin
     err = capsys.readouterr().err
     assert "[omnidraft] warning: could not save the lookup history" in err
     assert list((tmp_path / "ngram").glob("*.json"))
+
+
+def test_the_hybrid_keeps_its_measured_costs_between_runs(tmp_path, tiny_checkpoints):
+    from .conftest import run_cli
+
+    args = ("generate", "--prompt", "one two one two one", "--max-new-tokens", "12", "--json", "--threads", "1",
+            "--draft-len", "3", "--target", tiny_checkpoints["target"], "--drafter", tiny_checkpoints["drafter"])
+    assert run_cli(*args, home=tmp_path).returncode == 0
+    (costs,) = (tmp_path / "costs").glob("*.json")
+    saved = json.loads(costs.read_text())
+    assert saved["costs"]["drafter_step"] > 0 and saved["drafter_rounds"] is not None  # the drafter was measured
+    costs.write_text('{"format": "omnidraft-hybrid-costs-1", "costs": {"sums": [1, 2]}}')
+    again = run_cli(*args, home=tmp_path)
+    assert again.returncode == 0 and "[omnidraft] warning: costs file" in again.stderr
+    assert json.loads(costs.read_text())["format"] == "omnidraft-hybrid-costs-1"  # measured afresh and saved

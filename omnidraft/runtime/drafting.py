@@ -38,7 +38,6 @@ class DraftModel:
         self.draft_seq: list[int] = []
         self._last: tuple | None = None  # (draft ids, features) of the proposal in flight
         self.counters = {}
-        self.step_ema: float | None = None  # seconds per one-token drafter step, across generations
         self.step_seconds: list[float] = []
 
     @classmethod
@@ -120,9 +119,7 @@ class DraftModel:
             if i + 1 < k:
                 t0 = time.perf_counter()
                 logits = drafter.forward([d], drafter.position)[-1]
-                seconds = time.perf_counter() - t0
-                self.step_seconds.append(seconds)  # one-token steps: the cost ratio's numerator
-                self.step_ema = seconds if self.step_ema is None else 0.8 * self.step_ema + 0.2 * seconds
+                self.step_seconds.append(time.perf_counter() - t0)  # one-token steps: the cost ratio's numerator
                 c["drafter_calls"] += 1
         c["draft_tokens"] += len(ids)
         c["rounds_drafted"] += 1

@@ -40,7 +40,8 @@ class CallCosts:
         self.decay = decay
         self.fixed = fixed
         self._sums = np.zeros(5)  # weights, n, s, n*n, n*s
-        self._drafter = None  # EMA of seconds per drafter call
+        self._drafter = None  # EMA of seconds per drafter call (catching up included)
+        self._step = None  # EMA of seconds per one-token drafter step
 
     def observe_target(self, n: int, seconds: float) -> None:
         self._sums = self.decay * self._sums + np.array([1.0, n, seconds, n * n, n * seconds])
@@ -49,6 +50,12 @@ class CallCosts:
         if calls:
             per_call = seconds / calls
             self._drafter = per_call if self._drafter is None else 0.8 * self._drafter + 0.2 * per_call
+
+    def observe_drafter_step(self, seconds: float) -> None:
+        self._step = seconds if self._step is None else 0.8 * self._step + 0.2 * seconds
+
+    def drafter_step(self) -> float | None:
+        return self.fixed[2] if self.fixed else self._step
 
     def target(self, n: int) -> float:
         if self.fixed:
@@ -66,6 +73,19 @@ class CallCosts:
         if self.fixed:
             return self.fixed[2]
         return self._drafter
+
+    def state(self) -> dict:
+        return {"sums": self._sums.tolist(), "drafter_call": self._drafter, "drafter_step": self._step}
+
+    def load_state(self, state: dict) -> None:
+        """ValueError (nothing changed) unless every field is a finite, non-negative measurement."""
+        sums, call, step = state["sums"], state["drafter_call"], state["drafter_step"]
+        sums = np.asarray(sums, dtype=np.float64)
+        ok = sums.shape == (5,) and np.isfinite(sums).all() and (sums[[0, 1, 2, 3]] >= 0).all()
+        ok = ok and all(v is None or (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0) for v in (call, step))
+        if not ok:
+            raise ValueError("damaged (costs)")
+        self._sums, self._drafter, self._step = sums, call, step
 
     def summary(self) -> dict:
         return {"target_step_ms": 1000 * self.target(1), "target_verify_ms_per_extra_token":
@@ -85,6 +105,7 @@ def best_prefix(probs: np.ndarray, target_cost) -> tuple[float, int]:
 
 
 MAX_WAIT = 1024
+COSTS_FORMAT = "omnidraft-hybrid-costs-1"
 
 
 class Hybrid:
@@ -120,7 +141,7 @@ class Hybrid:
     def _could_pay(self) -> bool:
         """Whether the drafter could beat target-only decoding here even if it were always right: K drafted
         tokens, all accepted, give K + 1 tokens for K drafter steps and a (K + 1)-token verification."""
-        step = self.costs.fixed[2] if self.costs.fixed else self.drafting.step_ema
+        step = self.costs.drafter_step()
         if step is None:
             return True  # not measured yet
         k = self.drafting.length.max_len
@@ -144,11 +165,13 @@ class Hybrid:
         if choice == LOOKUP:
             return Proposal.point_masses(tokens[:m], LOOKUP)
         if choice == DRAFTER:
-            calls = self.drafting.counters["drafter_calls"]
+            calls, steps = self.drafting.counters["drafter_calls"], len(self.drafting.step_seconds)
             t0 = time.perf_counter()
             proposal = self.drafting.propose(seq, budget)
             self._draft_calls = self.drafting.counters["drafter_calls"] - calls
             self.costs.observe_drafter(self._draft_calls, time.perf_counter() - t0)
+            for seconds in self.drafting.step_seconds[steps:]:
+                self.costs.observe_drafter_step(seconds)
             return proposal
         return Proposal()
 
@@ -164,6 +187,25 @@ class Hybrid:
         for p in (self.lookup, self.drafting):
             if p is not None:
                 p.observe(seq, rnd)
+
+    # -- what it measured, kept between runs (a one-prompt run need not re-measure a drafter that cannot pay) --
+    def state(self) -> dict:
+        rounds = None if self._drafter_rounds is None else self._drafter_rounds.tolist()
+        return {"format": COSTS_FORMAT, "costs": self.costs.state(), "drafter_rounds": rounds, "wait": self._wait}
+
+    def load_state(self, state: dict) -> None:
+        """ValueError (nothing changed) unless it is a costs file with sane values."""
+        if not isinstance(state, dict) or state.get("format") != COSTS_FORMAT:
+            raise ValueError("not a costs file")
+        rounds, wait = state["drafter_rounds"], state["wait"]
+        if rounds is not None:
+            rounds = np.asarray(rounds, dtype=np.float64)
+            if rounds.shape != (3,) or not np.isfinite(rounds).all() or (rounds < 0).any():
+                raise ValueError("damaged (drafter rounds)")
+        if not isinstance(wait, int) or not 1 <= wait <= MAX_WAIT:
+            raise ValueError("damaged (wait)")
+        self.costs.load_state(state["costs"])
+        self._drafter_rounds, self._wait = rounds, wait
 
     def end(self, weights_changed: bool = False, remember: bool = True) -> dict:
         stats = {"choices": dict(self.choices), "costs": self.costs.summary()}

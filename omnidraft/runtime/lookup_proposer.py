@@ -48,7 +48,7 @@ class LookupScorer:
         x[:, 0] = 1.0
         x[:, 1] = c.frequency
         x[:, 2] = np.log1p(c.support) / math.log1p(MAX_OCCURRENCES)
-        x[:, 3] = min(c.match, MAX_MATCH) / MAX_MATCH
+        x[:, 3] = math.log1p(min(c.match, MAX_MATCH)) / math.log1p(MAX_MATCH)
         x[:, 4] = np.arange(m) / 16.0
         x[:, 5] = float(c.source == "context")
         return x

@@ -17,7 +17,7 @@ public final class LookupScorer {
             x[j][0] = 1.0;
             x[j][1] = c.frequency.get(j);
             x[j][2] = Math.log1p(c.support.get(j)) / Math.log1p(Lookup.MAX_OCCURRENCES);
-            x[j][3] = Math.min(c.match, Lookup.MAX_MATCH) / (double) Lookup.MAX_MATCH;
+            x[j][3] = Math.log1p(Math.min(c.match, Lookup.MAX_MATCH)) / Math.log1p(Lookup.MAX_MATCH);
             x[j][4] = j / 16.0;
             x[j][5] = c.source.equals("context") ? 1.0 : 0.0;
         }
