@@ -6,7 +6,7 @@ package org.omnidraft.core;
  */
 public final class LookupScorer {
     public static final int FEATURES = 6;
-    static final double[] PRIOR = {-1.0, 2.5, 0.5, 1.5, -0.5, 0.3};
+    static final double[] PRIOR = {-2.002, 1.995, -0.400, 2.865, 1.277, 0.576}; // lookup_proposer.py's, fitted by benchmarks/lookup_prior.py
     public final double[] weights = PRIOR.clone();
     public double lr = 0.05;
     public int judged;
