@@ -21,7 +21,7 @@ from .bridge import NGRAM, Proposal, VocabBridge
 from .draft_length import DraftLength
 from .ngram_cache import NGramCache
 from .proposers import Round
-from .runner import ModelRunner, prefill
+from .runner import ModelRunner, prefill, reuse
 
 DRAFTER = "drafter"
 
@@ -53,13 +53,14 @@ class DraftModel:
     def cross_vocab(self) -> bool:
         return not self.bridge.identity
 
-    def begin(self, seq: list[int], config, rng: np.random.Generator) -> None:
+    def begin(self, seq: list[int], config, rng: np.random.Generator, eager: bool = True) -> None:
+        """eager=False: do not read the prompt now (the drafter catches up when it first drafts, if ever)."""
         self._config, self._rng = config, rng
         key = (config.draft_policy, config.draft_len, config.max_draft_len, config.gamma)
         if self._length is None or self._length[0] != key:
             self._length = (key, config.draft_length())
         self.draft_seq = self.bridge.draft_prompt(seq)
-        prefill(self.drafter, self.draft_seq)
+        (prefill if eager else reuse)(self.drafter, self.draft_seq)
         self._last = None
         self.counters = dict(drafter_calls=0, draft_tokens=0, rounds_drafted=0, ngram_hits=0, ngram_accepted=0)
         self.step_seconds: list[float] = []

@@ -125,9 +125,10 @@ class Hybrid:
         self.choices = {}
 
     def begin(self, seq, config, rng) -> None:
-        for p in (self.lookup, self.drafting):
-            if p is not None:
-                p.begin(seq, config, rng)
+        if self.lookup is not None:
+            self.lookup.begin(seq, config, rng)
+        if self.drafting is not None:  # the drafter reads the prompt only if and when it is first chosen
+            self.drafting.begin(seq, config, rng, eager=False)
         self.choices = {"none": 0, LOOKUP: 0, DRAFTER: 0}
 
     def _drafter_value(self) -> float:

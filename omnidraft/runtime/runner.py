@@ -97,14 +97,20 @@ class ModelRunner(ABC):
         """
 
 
-def prefill(runner: ModelRunner, seq: list[int]) -> int:
-    """Bring the runner's cache to seq[:-1], reusing the prefix it already holds; return its length."""
+def reuse(runner: ModelRunner, seq: list[int]) -> int:
+    """Keep what the runner's cache already holds of seq[:-1] (a chat's earlier turns), forget the rest."""
     keep = 0
     cached = runner.tokens
     limit = min(runner.position, len(seq) - 1)
     while keep < limit and cached[keep] == seq[keep]:
         keep += 1
     runner.rollback(keep)
+    return keep
+
+
+def prefill(runner: ModelRunner, seq: list[int]) -> int:
+    """Bring the runner's cache to seq[:-1], reusing the prefix it already holds; return its length."""
+    keep = reuse(runner, seq)
     if len(seq) - 1 > keep:
         runner.forward(seq[keep:-1], keep)
     return keep
