@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .atomic import write_bytes_atomic
 from .errors import OmniDraftError
+from .runtime.decoding import GenerationConfig
 
 
 def rss_mb() -> float:

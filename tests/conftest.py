@@ -148,7 +148,6 @@ def letters_cross_pair(target_table: np.ndarray, draft_table: np.ndarray):
     draft "BC" has no target twin (a split). Small enough to enumerate the law.
     """
     from omnidraft.runtime.decoding import SpeculativeDecoder
-    from omnidraft.runtime.ngram_cache import NGramCache
 
     target_vocab = letters_vocab(["A", "B", "C", "AB"], [("A", "B")])
     draft_vocab = letters_vocab(["A", "B", "C", "BC"], [("B", "C")])

@@ -16,8 +16,8 @@ from omnidraft.adaptation.lora import LoRAConfig, LoRALinear, add_lora, lora_par
 from omnidraft.adaptation.loss import Batch, batch_loss, greedy_acceptance, hybrid_loss
 from omnidraft.adaptation.online import AdaptConfig, OnlineAdapter, attach
 from omnidraft.runtime.bridge import VocabBridge
-from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
+from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.ngram_cache import NGramCache
 from omnidraft.runtime.runner import EagerRunner
 

@@ -11,7 +11,6 @@ import pytest
 
 from omnidraft.errors import OmniDraftError
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
-from omnidraft.runtime.ngram_cache import NGramCache
 from omnidraft.runtime.runner import EagerRunner
 
 from .conftest import (bigram_runner, byte_vocab, chi_square_p, exact_distribution, letters_cross_pair, sample_law,

@@ -8,10 +8,9 @@ from omnidraft.adaptation.predictor import AcceptancePredictor, PredictorConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.runtime.acceptance import N_CONFIDENCE, AcceptanceHead, draft_labels, n_features
 from omnidraft.runtime.bridge import DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST, Proposal
-from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.draft_length import DraftLength
-from omnidraft.runtime.ngram_cache import NGramCache
+from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.runner import EagerRunner
 from omnidraft.runtime.sampling import Sampler
 

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from omnidraft.cli import main
-from omnidraft.errors import OmniDraftError
 
 from .conftest import HANG_GUARD_SECONDS, damaged_copy, edit_manifest
 

@@ -11,7 +11,6 @@ from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.hybrid import CallCosts, Hybrid
 from omnidraft.runtime.lookup import SEP, Candidates, Doc, HistoryIndex, find_candidates, match_in, walk
 from omnidraft.runtime.lookup_proposer import LookupProposer, LookupScorer, expected_accepted
-from omnidraft.runtime.sampling import Sampler
 
 from .conftest import bigram_runner, byte_vocab, chi_square_p, exact_distribution, sample_law
 

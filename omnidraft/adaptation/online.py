@@ -14,7 +14,6 @@ the update in flight.
 from __future__ import annotations
 
 import io
-import os
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field

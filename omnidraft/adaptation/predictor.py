@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import write_bytes_atomic
-from ..state import locked
 from ..runtime.acceptance import N_CONFIDENCE, AcceptanceHead
+from ..state import locked
 
 SCHEDULES = ("each-prompt", "with-lora")
 FORMAT = "omnidraft-acceptance-head-1"
