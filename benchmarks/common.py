@@ -52,13 +52,14 @@ class Method:
     Methods run interleaved prompt by prompt on the same runners, so that load
     drifts hit all alike. Each owns a copy of the n-gram cache, acceptance head and
     lookup proposer (history and scorer) it starts from; they keep learning as in use,
-    from this method's traffic only. When `learner` is given, the method swaps its LoRA
+    from this method's traffic only; the hybrid starts from the costs the warm-up measured (as it
+    would from the costs file of earlier runs). When `learner` is given, the method swaps its LoRA
     state into the drafter before generating. draft: GenerationConfig draft fields, or
     None for target-only; proposer: "drafter", "lookup" or "hybrid".
     """
 
     def __init__(self, pair, draft: dict | None, cache=None, predictor=None, learner=None, lora=None,
-                 proposer: str = "drafter", lookup=None):
+                 proposer: str = "drafter", lookup=None, costs: dict | None = None):
         base = pair.decoder
         self.draft = draft
         self.predictor = copy.deepcopy(predictor)
@@ -75,6 +76,8 @@ class Method:
             if proposer != "drafter":
                 looking = copy.deepcopy(lookup) if lookup is not None else LookupProposer(HistoryIndex())
             chosen = drafting if proposer == "drafter" else Hybrid(looking, drafting)
+            if costs is not None and proposer == "hybrid":
+                chosen.load_state(costs)  # what the warm-up measured, as a costs file from earlier runs would hold
         self.decoder = SpeculativeDecoder(base.target, pair.target_vocab, chosen)
         self.learner, self.lora = learner, lora
         self.totals = Totals()

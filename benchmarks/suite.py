@@ -6,7 +6,8 @@ Systems: the eager pair (one per --drafter) and every exported bundle given with
 structured, quote, multiturn, history; omnidraft/corpora.py):
 
   1. warm-up on the workload's "adapt" split: the n-gram cache, the acceptance head
-     and the lookup scorer learn, the warm-up texts join the lookup history, and with
+     and the lookup scorer learn, the warm-up texts join the lookup history, the hybrid's
+     cost model measures the target and the drafter (as its costs file would), and with
      --extended the drafter's LoRA adapter trains where the system can (eager, or
      ExecuTorch with a bundle exported --with-training);
   2. measured prompts from the "eval" split (disjoint from the warm-up), every method
@@ -47,6 +48,7 @@ from omnidraft.pair import build_bundle_pair, build_eager_pair, learner_for
 from omnidraft.runtime.acceptance import AcceptanceHead
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.drafting import DraftModel
+from omnidraft.runtime.hybrid import Hybrid
 from omnidraft.runtime.lookup import HistoryIndex
 from omnidraft.runtime.lookup_proposer import LookupProposer
 from omnidraft.runtime.ngram_cache import NGramCache
@@ -87,25 +89,25 @@ def _bundle_pair(path: str, backend: str, args):
 
 class Shadow:
     """Warm-up proposer: the drafter proposes every round while lookup is queried and judged beside it
-    (its scorer learns what the target would have accepted) and keeps the texts in its history."""
+    (its scorer learns what the target would have accepted, the texts join its history), and the
+    hybrid's cost model measures the target and the drafter, as the costs file would hold them."""
 
-    def __init__(self, drafting: DraftModel, lookup: LookupProposer):
-        self.drafting, self.lookup = drafting, lookup
+    def __init__(self, hybrid: Hybrid):
+        self.hybrid = hybrid
 
     def begin(self, seq, config, rng):
-        self.drafting.begin(seq, config, rng)
-        self.lookup.begin(seq, config, rng)
+        self.hybrid.lookup.begin(seq, config, rng)
+        self.hybrid.drafting.begin(seq, config, rng)
 
     def propose(self, seq, budget):
-        self.lookup.candidates(seq, budget)
-        return self.drafting.propose(seq, budget)
+        self.hybrid.lookup.candidates(seq, budget)
+        return self.hybrid.draft(seq, budget)
 
     def observe(self, seq, rnd):
-        self.drafting.observe(seq, rnd)
-        self.lookup.observe(seq, rnd)
+        self.hybrid.observe(seq, rnd)
 
     def end(self, weights_changed=False, remember=True):
-        return {**self.drafting.end(weights_changed, remember), **self.lookup.end(weights_changed, remember)}
+        return self.hybrid.end(weights_changed, remember)
 
 
 def encode(pair, item, workload: str) -> list[int]:
@@ -137,7 +139,8 @@ def warm_up(pair, learner, zero_lora, workload: str, args, bar) -> tuple:
         learner.load_state(zero_lora)
         drafter.reset()
         adapter = OnlineAdapter(learner, dec.bridge, AdaptConfig(lr=args.adapt_lr))
-    warm = SpeculativeDecoder(dec.target, pair.target_vocab, Shadow(drafting, lookup), adapter)
+    hybrid = Hybrid(lookup, drafting)
+    warm = SpeculativeDecoder(dec.target, pair.target_vocab, Shadow(hybrid), adapter)
     draft = _auto(args) if drafter.has_head else dict(draft_len=args.draft_len)
     for item in corpora.workload(workload, args.warmup, split="adapt", max_chars=args.prompt_chars):
         ids = encode(pair, item, workload)
@@ -147,7 +150,7 @@ def warm_up(pair, learner, zero_lora, workload: str, args, bar) -> tuple:
             bar.set_postfix_str(f"{workload} warm-up acc {s['acceptance_rate']:.2f}")
         bar.update()
     lora = learner.state() if learner is not None else None
-    return drafting.ngram_cache, predictor, lookup, lora, adapter
+    return drafting.ngram_cache, predictor, lookup, lora, adapter, hybrid.state()
 
 
 def _auto(args) -> dict:
@@ -155,7 +158,7 @@ def _auto(args) -> dict:
 
 
 def make_methods(pair, args, learner, zero_lora, warm) -> dict[str, Method]:
-    cache, predictor, lookup, lora, _ = warm
+    cache, predictor, lookup, lora, _, costs = warm
     drafter = pair.decoder.drafter
     draft = _auto(args) if drafter.has_head else dict(draft_len=args.draft_len)
     length = "auto" if drafter.has_head else f"k={args.draft_len}"
@@ -167,7 +170,7 @@ def make_methods(pair, args, learner, zero_lora, warm) -> dict[str, Method]:
     methods[f"drafter ({length} + n-gram cache)"] = Method(pair, draft, cache, predictor, learner, zero_lora)
     methods["lookup"] = Method(pair, draft, proposer="lookup", lookup=lookup)
     methods[f"hybrid (lookup + drafter {length})"] = Method(pair, draft, cache, predictor, learner, zero_lora,
-                                                            proposer="hybrid", lookup=lookup)
+                                                            proposer="hybrid", lookup=lookup, costs=costs)
     if args.extended and learner is not None:
         methods[f"adapted: LoRA + {length} + cache"] = Method(pair, draft, cache, predictor, learner, lora)
     return methods

@@ -166,15 +166,19 @@ class Hybrid:
         if choice == LOOKUP:
             return Proposal.point_masses(tokens[:m], LOOKUP)
         if choice == DRAFTER:
-            calls, steps = self.drafting.counters["drafter_calls"], len(self.drafting.step_seconds)
-            t0 = time.perf_counter()
-            proposal = self.drafting.propose(seq, budget)
-            self._draft_calls = self.drafting.counters["drafter_calls"] - calls
-            self.costs.observe_drafter(self._draft_calls, time.perf_counter() - t0)
-            for seconds in self.drafting.step_seconds[steps:]:
-                self.costs.observe_drafter_step(seconds)
-            return proposal
+            return self.draft(seq, budget)
         return Proposal()
+
+    def draft(self, seq: list[int], budget: int) -> Proposal:
+        """The drafter's proposal, its cost measured."""
+        calls, steps = self.drafting.counters["drafter_calls"], len(self.drafting.step_seconds)
+        t0 = time.perf_counter()
+        proposal = self.drafting.propose(seq, budget)
+        self._draft_calls = self.drafting.counters["drafter_calls"] - calls
+        self.costs.observe_drafter(self._draft_calls, time.perf_counter() - t0)
+        for seconds in self.drafting.step_seconds[steps:]:
+            self.costs.observe_drafter_step(seconds)
+        return proposal
 
     def observe(self, seq: list[int], rnd: Round) -> None:
         self.costs.observe_target(rnd.tokens_in_call, rnd.target_seconds)
