@@ -94,6 +94,7 @@ class Shadow:
 
     def __init__(self, hybrid: Hybrid):
         self.hybrid = hybrid
+        self.lookup, self.drafting = hybrid.lookup, hybrid.drafting  # what the decoder and the adapter read
 
     def begin(self, seq, config, rng):
         self.hybrid.lookup.begin(seq, config, rng)

@@ -156,14 +156,14 @@ def test_full_disk_save_warns_and_keeps_old_file(tmp_path, monkeypatch):
     class _Decoder:  # Pair.save_cache only reads what the pair learned online
         ngram_cache = cache
         predictor = AcceptancePredictor(AcceptanceHead.initial(6))
-        lookup = bridge = None
+        lookup = bridge = proposer = None
 
     Pair(_Decoder(), "t", "d", None, cache_path=path, predictor_path=tmp_path / "head.npz").save_cache()
     assert path.read_bytes() == before
     assert len(messages) == 2 and all("No space left on device" in m for m in messages)
     assert "acceptance head" in messages[1]
-    # no head file, no temporary left (the lock file beside the cache is how processes share it)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.json", "cache.json.lock"]
+    # no head file, no temporary left (the lock files beside the state files are how processes share them)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.json", "cache.json.lock", "head.npz.lock"]
 
 
 def test_soak_command_reports_memory_cache_rollbacks_and_acceptance(tmp_path, tiny_checkpoints):

@@ -175,7 +175,7 @@ def test_cli_generate_on_bundle(bundle_dir, tmp_path, backend):
     """generate --bundle with adaptive draft length: the head learns and is saved; the next run resumes it."""
     auto = ("generate", "--backend", backend, "--bundle", str(bundle_dir), "--prompt", "Hello world",
             "--max-new-tokens", "6", "--draft-len", "auto", "--max-draft-len", str(MAX_DRAFT), "--gamma", "0.7",
-            "--json", "--threads", "1")
+            "--json", "--threads", "1", "--proposer", "drafter")  # the drafter every round: its head learns every run
     for updates in (1, 2):
         proc = cli(*auto, home=tmp_path)
         assert proc.returncode == 0, proc.stderr
