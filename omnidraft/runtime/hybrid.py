@@ -10,7 +10,8 @@ T(n), the target's call time for n tokens, and the drafter's call time are measu
 on the machine at hand from the loop's own calls (CallCosts). The drafter is tried
 first (its worth is unknown until measured) and then again after `explore_every`
 rounds in which it was not chosen, so that its estimate follows the text; each
-re-check that finds it still not paying doubles that wait (up to MAX_WAIT rounds).
+drafter round that does not pay doubles that wait (up to MAX_WAIT rounds), one that
+pays resets it. The wait is kept with the measured costs between runs.
 A drafter whose measured step is so slow that even perfect acceptance could not
 beat target-only decoding ((K + 1) tokens for K steps and a (K + 1)-token verification)
 is not re-checked at all: on such a machine the hybrid is lookup alone.
@@ -120,7 +121,6 @@ class Hybrid:
         self._drafter_rounds = None  # EMA of (tokens per round, drafter calls, proposed per round)
         self._idle = 0
         self._wait = explore_every  # rounds without the drafter before it is re-checked
-        self._exploring = False
         self._draft_calls = 0
         self.choices = {}
 
@@ -158,8 +158,8 @@ class Hybrid:
                 if value > best:
                     best, choice, m = value, LOOKUP, length
         if self.drafting is not None:
-            self._exploring = self._idle >= self._wait and choice != LOOKUP and self._could_pay()
-            if self._exploring or self._drafter_value() > best:
+            recheck = self._idle >= self._wait and choice != LOOKUP and self._could_pay()
+            if recheck or self._drafter_value() > best:
                 choice = DRAFTER
         self.choices[choice] += 1
         self._idle = 0 if choice == DRAFTER else self._idle + 1
@@ -185,10 +185,9 @@ class Hybrid:
         if rnd.proposal.source == DRAFTER:
             now = np.array([rnd.accepted + 1.0, self._draft_calls, len(rnd.proposal)])
             self._drafter_rounds = now if self._drafter_rounds is None else 0.8 * self._drafter_rounds + 0.2 * now
-            if self._exploring:  # a re-check: wait longer next time if the drafter still does not pay
-                pays = self._drafter_value() > 1.0 / self.costs.target(1)
-                self._wait = self.explore_every if pays else min(2 * self._wait, MAX_WAIT)
-                self._exploring = False
+            # every drafter round that does not pay doubles the wait before the next re-check; one that pays resets it
+            pays = self._drafter_value() > 1.0 / self.costs.target(1)
+            self._wait = self.explore_every if pays else min(2 * self._wait, MAX_WAIT)
         for p in (self.lookup, self.drafting):
             if p is not None:
                 p.observe(seq, rnd)

@@ -16,7 +16,6 @@ public final class Hybrid {
     private Double drafterStep; // EMA of seconds per one-token drafter step
     private double[] drafterRounds; // EMA of (tokens per round, drafter calls, proposed per round)
     private int idle, wait;
-    private boolean exploring;
     public final int exploreEvery;
     public static final int MAX_WAIT = 1024;
 
@@ -55,10 +54,8 @@ public final class Hybrid {
         double[] now = {accepted + 1.0, calls, proposed};
         if (drafterRounds == null) drafterRounds = now;
         else for (int i = 0; i < 3; i++) drafterRounds[i] = 0.8 * drafterRounds[i] + 0.2 * now[i];
-        if (exploring) { // a re-check: wait longer next time if the drafter still does not pay
-            wait = drafterValue() > 1.0 / target(1) ? exploreEvery : Math.min(2 * wait, MAX_WAIT);
-            exploring = false;
-        }
+        // every drafter round that does not pay doubles the wait before the next re-check; one that pays resets it
+        wait = drafterValue() > 1.0 / target(1) ? exploreEvery : Math.min(2 * wait, MAX_WAIT);
     }
 
     public double target(double n) {
@@ -107,8 +104,8 @@ public final class Hybrid {
             }
         }
         if (hasDrafter) {
-            exploring = idle >= wait && choice != LOOKUP && couldPay(maxDraft);
-            if (exploring || drafterValue() > best) choice = DRAFTER;
+            boolean recheck = idle >= wait && choice != LOOKUP && couldPay(maxDraft);
+            if (recheck || drafterValue() > best) choice = DRAFTER;
         }
         idle = choice == DRAFTER ? 0 : idle + 1;
         return new int[] {choice, m};
