@@ -154,7 +154,6 @@ def synthetic_rows(n: int, vocab: int) -> np.ndarray:
 def training_vectors(vocabs: dict, window: int = 48) -> dict:
     """A LoRA training example from committed tokens (KL and NLL units) and its padded window."""
     from .adaptation.examples import ExampleBuilder, Mapping
-    from .export.training_export import window_inputs
 
     bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
     mapping = Mapping.from_bridge(bridge)
@@ -164,8 +163,7 @@ def training_vectors(vocabs: dict, window: int = 48) -> dict:
     builder = ExampleBuilder(bridge, mapping, prompt)
     builder.add(committed, rows)
     example = builder.build()
-    ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight = (t.numpy() for t in window_inputs(
-        example, window, len(mapping)))
+    ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight = example.padded(window, len(mapping))
     return {"prompt": prompt, "committed": committed, "window": window, "mapped": len(mapping),
             "example_ids": example.ids.tolist(), "kl_pos": example.kl_pos.tolist(), "nll_pos": example.nll_pos.tolist(),
             "ids": ids[0].tolist(), "kl_rows": kl_rows.tolist(), "kl_weight": kl_weight.tolist(),

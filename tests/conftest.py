@@ -101,7 +101,7 @@ def tiny_drafter(tiny_drafter_model):
 
 def bigram_runner(table: np.ndarray, max_context: int = 64):
     """A real (if trivial) language model, a bigram logit table, behind the runner interface."""
-    from omnidraft.runtime.runner import ModelRunner
+    from omnidraft.runtime.runner import ModelRunner, Step
 
     class Bigram(ModelRunner):
         backend = "bigram"
@@ -111,7 +111,7 @@ def bigram_runner(table: np.ndarray, max_context: int = 64):
             self.name = "bigram"
 
         def _forward(self, tokens, start, n_logits):
-            return table[tokens[-n_logits:]].astype(np.float32)
+            return Step(table[tokens[-n_logits:]].astype(np.float32))
 
     return Bigram()
 

@@ -66,11 +66,11 @@ def test_stop_conditions(tiny_target, tiny_drafter, target_vocab, draft_vocab):
     eos = full.token_ids[10]
     got = dec.generate(ids, GenerationConfig(max_new_tokens=30, eos_ids=frozenset({eos})))
     assert got.stop_reason == "eos" and got.token_ids == full.token_ids[: full.token_ids.index(eos)]
-    stop = full.text[len(full.text) // 2 :][:3]
-    if stop.strip():
-        got = dec.generate(ids, GenerationConfig(max_new_tokens=30, stop_strings=(stop,)))
-        assert got.stop_reason == "stop_string" and got.text.endswith(stop)
-        assert got.text == full.text[: full.text.index(stop) + len(stop)]
+    half = len(full.text) // 2  # a stop string from the second half of the text, not blank
+    stop = next(full.text[i : i + 3] for i in range(half, len(full.text) - 2) if full.text[i : i + 3].strip())
+    got = dec.generate(ids, GenerationConfig(max_new_tokens=30, stop_strings=(stop,)))
+    assert got.stop_reason == "stop_string" and got.text.endswith(stop)
+    assert got.text == full.text[: full.text.index(stop) + len(stop)]
     got = dec.generate(ids, GenerationConfig(max_new_tokens=7))
     assert got.stop_reason == "max_new_tokens" and got.token_ids == full.token_ids[:7]
 

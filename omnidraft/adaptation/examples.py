@@ -64,6 +64,29 @@ class Example:
             [(a - cut, b - cut) for a, b in self.units if a >= cut],
         )
 
+    def padded(self, window: int, n_mapped: int, pad_id: int = 0) -> tuple[np.ndarray, ...]:
+        """The last `window` tokens as fixed-shape arrays (the exported training program's inputs):
+        ids [1, window], kl_rows, kl_target [window, n_mapped], kl_weight, nll_rows, nll_labels, nll_weight;
+        rows beyond the example's units are padding with weight 0."""
+        e = self.window(window)
+        ids = np.full((1, window), pad_id, dtype=np.int64)
+        ids[0, : len(e)] = e.ids
+
+        def rows(pos):  # padded row indices and 0/1 weights
+            r = np.zeros(window, dtype=np.int64)
+            w = np.zeros(window, dtype=np.float32)
+            r[: len(pos)] = pos
+            w[: len(pos)] = 1.0
+            return r, w
+
+        kl_rows, kl_weight = rows(e.kl_pos)
+        kl_target = np.zeros((window, n_mapped), dtype=np.float32)
+        kl_target[: len(e.kl_pos)] = e.kl_target
+        nll_rows, nll_weight = rows(e.nll_pos)
+        nll_labels = np.zeros(window, dtype=np.int64)
+        nll_labels[: len(e.nll_pos)] = e.ids[e.nll_pos + 1]
+        return ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight
+
 
 class ExampleBuilder:
     """Collects one generation's committed tokens and target rows into an Example."""

@@ -101,9 +101,6 @@ class ExecuTorchLearner:
                  drafter_runner=None):
         from executorch.extension.training import _load_for_executorch_for_training_from_buffer, get_sgd_optimizer
 
-        from ..export.training_export import window_inputs
-
-        self._window_inputs = window_inputs
         self.window, self.n_mapped, self.lr = window, n_mapped, lr
         # The module reads the program from this buffer without owning it: keep it alive.
         self._program = Path(train_pte).read_bytes()
@@ -111,7 +108,7 @@ class ExecuTorchLearner:
         # The parameters appear after the first call: run one with every loss row weighted 0.
         empty = Example(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros((0, n_mapped), np.float16),
                         np.zeros(0, np.int64))
-        self.module.forward_backward("forward", window_inputs(empty, window, n_mapped))
+        self.module.forward_backward("forward", self._inputs(empty))
         self.params = self.module.named_parameters()  # live tensors: the optimizer updates them in place
         missing = [n for n in lora_names if f"model.{n}" not in self.params]
         if missing or len(lora_names) != len(self.params):
@@ -120,6 +117,9 @@ class ExecuTorchLearner:
         self.lora_inputs = [self.params[f"model.{n}"] for n in lora_names]
         self.drafter = drafter_runner
         self._publish()
+
+    def _inputs(self, example: Example) -> list:
+        return [torch.from_numpy(a) for a in example.padded(self.window, self.n_mapped)]
 
     def _publish(self) -> None:
         """Write the current LoRA weights into the drafter runner's own input tensors (used by its next call)."""
@@ -135,7 +135,7 @@ class ExecuTorchLearner:
         """One SGD step on the mean gradient of the examples (one program call each)."""
         totals, grads = np.zeros(3), None
         for e in examples:
-            out = self.module.forward_backward("forward", self._window_inputs(e, self.window, self.n_mapped))
+            out = self.module.forward_backward("forward", self._inputs(e))
             totals += [float(o) for o in out[:3]]
             g = self.module.named_gradients()
             grads = {n: t.clone() for n, t in g.items()} if grads is None else {n: grads[n] + g[n] for n in g}

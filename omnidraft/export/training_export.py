@@ -53,24 +53,7 @@ class TrainingStep(nn.Module):
 
 def window_inputs(example: Example, window: int, n_mapped: int, pad_id: int = 0) -> list[torch.Tensor]:
     """An example's last `window` tokens as the training program's fixed-shape inputs."""
-    e = example.window(window)
-    ids = np.full((1, window), pad_id, dtype=np.int64)
-    ids[0, : len(e)] = e.ids
-
-    def rows(pos):  # padded row indices and 0/1 weights
-        r = np.zeros(window, dtype=np.int64)
-        w = np.zeros(window, dtype=np.float32)
-        r[: len(pos)] = pos
-        w[: len(pos)] = 1.0
-        return r, w
-
-    kl_rows, kl_weight = rows(e.kl_pos)
-    kl_target = np.zeros((window, n_mapped), dtype=np.float32)
-    kl_target[: len(e.kl_pos)] = e.kl_target
-    nll_rows, nll_weight = rows(e.nll_pos)
-    nll_labels = np.zeros(window, dtype=np.int64)
-    nll_labels[: len(e.nll_pos)] = e.ids[e.nll_pos + 1]
-    return [torch.from_numpy(a) for a in (ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight)]
+    return [torch.from_numpy(a) for a in example.padded(window, n_mapped, pad_id)]
 
 
 def lora_model(model, lora: LoRAConfig):

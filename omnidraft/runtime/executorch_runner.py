@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from ..errors import OmniDraftError
-from .runner import ModelRunner
+from .runner import ModelRunner, Step
 
 
 class ExecuTorchRunner(ModelRunner):
@@ -37,15 +37,15 @@ class ExecuTorchRunner(ModelRunner):
         except Exception as e:  # noqa: BLE001 - a corrupt or foreign program is a user problem
             raise OmniDraftError(f"cannot load ExecuTorch program {path}: {str(e).splitlines()[0][:200]}") from e
 
-    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> np.ndarray:
+    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> Step:
         torch = self._torch
         ids = torch.from_numpy(np.ascontiguousarray(tokens)).reshape(1, -1)
         pos = torch.arange(start, start + len(tokens), dtype=torch.long).reshape(1, -1)
         outputs = self.method.execute([ids, pos, *self._head_inputs(), *self.extra_inputs])
         logits = outputs[0][0, -n_logits:].numpy()
         if self.head is None:
-            return logits
-        return logits, outputs[1][0].numpy(), float(outputs[2][0])
+            return Step(logits)
+        return Step(logits, (outputs[1][0].numpy(), float(outputs[2][0])))
 
 
 @contextlib.contextmanager

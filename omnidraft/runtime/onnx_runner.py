@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OmniDraftError
-from .runner import ModelRunner
+from .runner import ModelRunner, Step
 
 
 class OnnxRunner(ModelRunner):
@@ -33,7 +33,7 @@ class OnnxRunner(ModelRunner):
         self.keys = np.zeros(meta["kv_shape"], dtype=np.float32)
         self.values = np.zeros(meta["kv_shape"], dtype=np.float32)
 
-    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> np.ndarray:
+    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> Step:
         feeds = {
             "input_ids": tokens.reshape(1, -1),
             "position_ids": np.arange(start, start + len(tokens), dtype=np.int64).reshape(1, -1),
@@ -44,5 +44,5 @@ class OnnxRunner(ModelRunner):
             feeds.update(head_weight=self.head.weight, head_bias=self.head.bias)
         logits, self.keys, self.values, *head = self.session.run(None, feeds)
         if not head:
-            return logits[0, -n_logits:]
-        return logits[0, -n_logits:], head[0][0], float(head[1][0])
+            return Step(logits[0, -n_logits:])
+        return Step(logits[0, -n_logits:], (head[0][0], float(head[1][0])))

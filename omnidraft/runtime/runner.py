@@ -17,11 +17,19 @@ computed inside the same call (eager) or the same graph (exported).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import OmniDraftError
 from .acceptance import AcceptanceHead, head_outputs
+
+
+class Step(NamedTuple):
+    """One model call: logits of the wanted positions and, with a head, (features, P(accept)) of the last one."""
+
+    logits: np.ndarray
+    head: tuple[np.ndarray, float] | None = None
 
 
 class ModelRunner(ABC):
@@ -68,10 +76,9 @@ class ModelRunner(ABC):
         for lo in range(0, n, chunk):
             hi = min(n, lo + chunk)
             want = max(0, hi - (n - n_logits))  # how many of this chunk's rows are wanted
-            logits = self._forward(tokens[lo:hi], start + lo, max(want, 1))
-            if isinstance(logits, tuple):
-                logits, features, prob = logits
-                self.head_output = (features, float(prob))
+            logits, head = self._forward(tokens[lo:hi], start + lo, max(want, 1))
+            if head is not None:
+                self.head_output = head
             self.calls += 1
             del self.tokens[start + lo :]
             self.tokens.extend(int(t) for t in tokens[lo:hi])
@@ -90,11 +97,9 @@ class ModelRunner(ABC):
         self.tokens.clear()
 
     @abstractmethod
-    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> np.ndarray:
-        """Run tokens at positions start..start+len-1; return the last n_logits rows of logits.
-
-        With a head: (logits, features [F] of the last position, its acceptance probability).
-        """
+    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> Step:
+        """Run tokens at positions start..start+len-1: the last n_logits rows of logits and, with a
+        head, the features [F] of the last position with its acceptance probability."""
 
 
 def reuse(runner: ModelRunner, seq: list[int]) -> int:
@@ -135,7 +140,7 @@ class EagerRunner(ModelRunner):
         self.cache = Cache(layers=[StaticLayer(max_cache_len=max_context) for _ in range(n_layers)])
         self._cached = 0  # positions the HF cache object believes it holds
 
-    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> np.ndarray:
+    def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> Step:
         torch = self._torch
         if start != self._cached:
             self.cache.crop(start - self._cached)  # static layers crop by a negative count
@@ -147,6 +152,6 @@ class EagerRunner(ModelRunner):
             self._cached = start + len(tokens)
             logits = out.logits[0].float().numpy()
             if self.head is None:
-                return logits
+                return Step(logits)
             features, prob = head_outputs(out.hidden_states[-1], out.logits, *self.head.torch_params())
-        return logits, features[0].numpy(), prob.item()
+        return Step(logits, (features[0].numpy(), prob.item()))
