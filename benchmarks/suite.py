@@ -97,11 +97,11 @@ class Shadow:
         self.lookup, self.drafting = hybrid.lookup, hybrid.drafting  # what the decoder and the adapter read
 
     def begin(self, seq, config, rng):
-        self.hybrid.lookup.begin(seq, config, rng)
-        self.hybrid.drafting.begin(seq, config, rng)
+        self.lookup.begin(seq, config, rng)
+        self.drafting.begin(seq, config, rng)
 
     def propose(self, seq, budget):
-        self.hybrid.lookup.candidates(seq, budget)
+        self.lookup.candidates(seq, budget)
         return self.hybrid.draft(seq, budget)
 
     def observe(self, seq, rnd):
