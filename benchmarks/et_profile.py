@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from omnidraft.bundle import load_bundle
+from omnidraft.runtime.executorch_runner import load_custom_ops
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import save_results  # noqa: E402
@@ -40,6 +41,7 @@ def main() -> int:
 
     bundle = load_bundle(args.bundle, verify_hashes=False)
     meta = bundle.model(args.role)
+    load_custom_ops(meta.get("executorch_ops", []))
     program = Runtime.get().load_program(str(bundle.graph_path(args.role, "executorch")), enable_etdump=True)
     method = program.load_method("forward")
     head = []

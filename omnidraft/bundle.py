@@ -11,10 +11,11 @@ A bundle is one folder:
     drafter_train.pte           optional (--with-training): the LoRA training step
     drafter_lora.pte            optional (--with-training): the drafter taking LoRA tensors as inputs
 
-bundle.json, version 2 (version 1, the same without acceptance heads, still loads):
+bundle.json, version 3 (versions 1 and 2, the same without custom operators and, in 1,
+without acceptance heads, still load):
 
     format            "omnidraft-bundle"
-    version           2
+    version           3
     created           ISO date
     max_context       target KV cache length (the drafter's is in its own entry)
     max_draft_len     K: verification graphs take 1..K+1 tokens
@@ -25,6 +26,10 @@ bundle.json, version 2 (version 1, the same without acceptance heads, still load
         name, vocab_size, max_context, max_tokens_per_call, kv_shape
         [layers, 1, kv_heads, max_context, head_dim], tokenizer (folder),
         tokenizer_fingerprint, graphs {"onnx": file, "executorch": file}
+    models.<role>.executorch_ops   (version 3) custom operator libraries the role's ExecuTorch
+                      programs need at run time: ["llama"] = ExecuTorch's LLM ops
+                      (llama::update_cache, llama::custom_sdpa; in the executorch wheel and in
+                      ExecuTorch's Android/iOS LLM runtime), [] or absent = none
     models.drafter.acceptance_head   (version 2) {features F, inputs [head_weight,
                       head_bias], outputs [head_features, accept_prob]}: the drafter's
                       graphs also compute the acceptance head (--draft-len auto)
@@ -41,8 +46,10 @@ bundle.json, version 2 (version 1, the same without acceptance heads, still load
 Graph signature (ONNX): inputs input_ids [1, n] int64, position_ids [1, n] int64,
 past_keys and past_values (kv_shape, float32); outputs logits [1, n, vocab],
 present_keys, present_values (kv_shape). ExecuTorch: inputs input_ids [1, n] and
-position_ids [1, n]; the KV cache is a mutable buffer inside the program; output
-logits [1, n, vocab]. In both, 1 <= n <= max_tokens_per_call, and positions past
+position_ids [1, n]; the KV cache is a mutable buffer inside the program (with
+executorch_ops ["llama"], [1, max_context, kv_heads, head_dim] per layer, written by
+llama::update_cache and read by llama::custom_sdpa up to the last position written);
+output logits [1, n, vocab]. In both, 1 <= n <= max_tokens_per_call, and positions past
 the last written one are masked, so a rollback is just writing there again.
 A drafter graph with an acceptance head takes two more inputs after the positions
 (ONNX: after past_values): head_weight [F] and head_bias [1] (float32, the head's
@@ -74,8 +81,9 @@ from pathlib import Path
 from .errors import OmniDraftError
 
 FORMAT = "omnidraft-bundle"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+EXECUTORCH_OPS = ("llama",)
 ROLES = ("target", "drafter")
 BACKEND_FORMATS = {"onnxruntime": "onnx", "executorch": "executorch"}
 
@@ -195,6 +203,8 @@ def _validate(manifest: dict) -> dict:
         _need(isinstance(graphs, dict) and graphs, f"models.{role}.graphs")
         for key, rel in graphs.items():
             _relative(rel, f"models.{role}.graphs.{key}")
+        ops = m.get("executorch_ops", [])
+        _need(isinstance(ops, list) and all(op in EXECUTORCH_OPS for op in ops), f"models.{role}.executorch_ops")
     files = manifest["files"]
     _need(isinstance(files, dict) and files, "files")
     for rel, entry in files.items():

@@ -34,7 +34,8 @@ def bundle_dir(tiny_bundle):
 def test_bundle_manifest(bundle_dir):
     b = load_bundle(bundle_dir)
     m = b.manifest
-    assert m["format"] == "omnidraft-bundle" and m["version"] == 2
+    assert m["format"] == "omnidraft-bundle" and m["version"] == 3
+    assert all(m["models"][r]["executorch_ops"] == ["llama"] for r in ("target", "drafter"))  # the lean graphs
     assert m["models"]["drafter"]["acceptance_head"]["features"] == 64 + 2  # tiny hidden size + confidence
     assert "acceptance_head" not in m["models"]["target"]
     assert m["max_draft_len"] == MAX_DRAFT and m["quant"] == "none"

@@ -90,7 +90,7 @@ def export_bundle(
                 else:
                     from .executorch_export import export_executorch
 
-                    meta = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call, quant,
+                    meta = meta_et = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call, quant,
                                              head=role == "drafter")
                     graphs["executorch"] = f"{role}.pte"
             if role == "drafter" and with_training:
@@ -106,6 +106,8 @@ def export_bundle(
                 "tokenizer_fingerprint": vocabs[role].fingerprint,
                 "graphs": graphs,
             }
+            if "executorch" in formats:
+                models[role]["executorch_ops"] = meta_et["executorch_ops"]
             if meta.get("acceptance_head"):
                 models[role]["acceptance_head"] = meta["acceptance_head"]
             if draft_head:

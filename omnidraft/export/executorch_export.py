@@ -2,7 +2,8 @@
 
 One method, `forward(input_ids [1, n], position_ids [1, n]) -> logits [1, n, vocab]`,
 1 <= n <= max_tokens; the static KV cache is a mutable buffer inside the program
-and persists across calls. `8da4w` quantizes linear weights to int4 (groups of 32),
+and persists across calls, written and read by ExecuTorch's LLM custom ops
+(llama_ops.py). `8da4w` quantizes linear weights to int4 (groups of 32),
 `8da8w` to int8 (per channel), both with dynamic per-token int8 activations,
 through torchao before lowering.
 """
@@ -38,8 +39,12 @@ def quantize_linears(model, quant: str, group_size: int = 32) -> None:
 
 
 def export_executorch(model, path: Path, max_context: int, max_tokens: int, quant: str = "none",
-                      head: bool = False) -> dict:
-    """Write `path` (.pte); with `head`, the graph also computes the acceptance head (kv_wrapper.py)."""
+                      head: bool = False, lean: bool = True) -> dict:
+    """Write `path` (.pte); with `head`, the graph also computes the acceptance head (kv_wrapper.py).
+
+    `lean` (the default) writes and reads the KV cache through ExecuTorch's LLM custom ops
+    (llama_ops.py); the program then needs their kernels at run time (`executorch_ops`).
+    """
     path = Path(path)
     model.config._attn_implementation = "sdpa"
     if quant in ("8da4w", "8da8w"):
@@ -47,16 +52,17 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
             quantize_linears(model, quant)
     elif quant != "none":
         raise ValueError(f"unknown ExecuTorch quantization {quant!r}")
-    wrapper = BufferKVModel(model.eval(), max_context).eval()
     n = min(2, max_tokens)
     example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0))
     seq = torch.export.Dim("seq", min=1, max=max_tokens)
     dynamic = {"input_ids": {1: seq}, "position_ids": {1: seq}}
     if head:
-        example += head_example(model)
+        example += head_example(model)  # an eager call: before the wrapper switches the model's attention
         dynamic.update(dict.fromkeys(HEAD_INPUTS))
+    wrapper = BufferKVModel(model.eval(), max_context, lean=lean).eval()
     lower_to_xnnpack(wrapper, example, dynamic, path, strict=True)
-    return {**runner_meta(model, max_context, max_tokens, head), "quant": quant}
+    return {**runner_meta(model, max_context, max_tokens, head), "quant": quant,
+            "executorch_ops": ["llama"] if lean else []}
 
 
 def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict: bool) -> None:

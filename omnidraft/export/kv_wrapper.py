@@ -21,6 +21,7 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer
 
 from ..runtime.acceptance import head_outputs, n_features
+from . import llama_ops
 
 HEAD_INPUTS = ["head_weight", "head_bias"]
 HEAD_OUTPUTS = ["head_features", "accept_prob"]
@@ -47,11 +48,11 @@ def _static_cache(keys: list[torch.Tensor], values: list[torch.Tensor], start: t
     return Cache(layers=layers)
 
 
-def _decode(model, input_ids, position_ids, cache, head_weight, head_bias) -> tuple:
+def _decode(model, input_ids, position_ids, cache, head_weight, head_bias, **attention) -> tuple:
     """(logits,) or, with head weights, (logits, head features, P(accept))."""
     head = head_weight is not None
     out = model(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True,
-                output_hidden_states=head)
+                output_hidden_states=head, **attention)
     if not head:
         return (out.logits,)
     return (out.logits, *head_outputs(out.hidden_states[-1], out.logits, head_weight, head_bias))
@@ -86,23 +87,39 @@ class StaticKVModel(torch.nn.Module):
 
 
 class BufferKVModel(torch.nn.Module):
-    """KV cache as mutable buffers inside the program (ExecuTorch)."""
+    """KV cache as mutable buffers inside the program (ExecuTorch).
 
-    def __init__(self, model, max_context: int):
+    `lean` (the default) writes and reads the cache through ExecuTorch's LLM custom ops
+    (llama_ops.py, buffers [1, length, kv_heads, dim]); otherwise through transformers'
+    static cache and SDPA (buffers [1, kv_heads, length, dim]), as bundles before version 3.
+    """
+
+    def __init__(self, model, max_context: int, lean: bool = True):
         super().__init__()
         self.model = model
         self.max_context = max_context
+        self.lean = lean
         layers, _, heads, length, dim = kv_shape(model.config, max_context)
+        shape = (1, length, heads, dim) if lean else (1, heads, length, dim)
         for i in range(layers):
-            self.register_buffer(f"k_cache_{i}", torch.zeros(1, heads, length, dim), persistent=False)
-            self.register_buffer(f"v_cache_{i}", torch.zeros(1, heads, length, dim), persistent=False)
+            self.register_buffer(f"k_cache_{i}", torch.zeros(shape), persistent=False)
+            self.register_buffer(f"v_cache_{i}", torch.zeros(shape), persistent=False)
         self.n_layers = layers
+        if lean:
+            model.config._attn_implementation = llama_ops.register()
 
     def forward(self, input_ids, position_ids, head_weight=None, head_bias=None):
         keys = [getattr(self, f"k_cache_{i}") for i in range(self.n_layers)]
         values = [getattr(self, f"v_cache_{i}") for i in range(self.n_layers)]
-        cache = _static_cache(keys, values, position_ids[0, 0], self.max_context)
-        out = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias)
+        if self.lean:
+            start = position_ids[0, 0].item()
+            torch._check_is_size(start)
+            torch._check(start + input_ids.shape[1] <= self.max_context)
+            cache = llama_ops.in_place_cache(keys, values, start)
+            out = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias, cache_start=start)
+        else:
+            cache = _static_cache(keys, values, position_ids[0, 0], self.max_context)
+            out = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias)
         return out if head_weight is not None else out[0]
 
 

@@ -113,10 +113,11 @@ class LoRAInputModel(nn.Module):
 def export_lora_drafter(model, path: Path, max_context: int, max_tokens: int) -> dict:
     """drafter_lora.pte: decoding with LoRA tensors fed at every call (base weights on XNNPACK)."""
     model.config._attn_implementation = "sdpa"
+    head = head_example(model)  # an eager call: before the wrapper switches the model's attention
     wrapper = LoRAInputModel(model.eval(), max_context).eval()
     lora = [p.detach().clone() for p in lora_parameters(model).values()]
     n = min(2, max_tokens)
-    example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0), *head_example(model), *lora)
+    example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0), *head, *lora)
     seq = torch.export.Dim("seq", min=1, max=max_tokens)
     dynamic = ({1: seq}, {1: seq}, None, None, tuple(None for _ in lora))  # *lora arrives as one tuple
     lower_to_xnnpack(wrapper, example, dynamic, path, strict=False)

@@ -31,6 +31,7 @@ class ExecuTorchRunner(ModelRunner):
         # exported) until a learner writes its updated weights into them.
         self.extra_inputs = [torch.zeros(shape) for shape in extra_shapes or []]
         self._graph_head(meta)
+        load_custom_ops(meta.get("executorch_ops", []))
         try:
             with _quiet_stderr():  # the C++ runtime logs CPU probing noise on first use
                 self.method = Runtime.get().load_program(str(path)).load_method("forward")
@@ -46,6 +47,24 @@ class ExecuTorchRunner(ModelRunner):
         if self.head is None:
             return Step(logits)
         return Step(logits, (outputs[1][0].numpy(), float(outputs[2][0])))
+
+
+CUSTOM_OPS = {"llama": "executorch.extension.llm.custom_ops.custom_ops"}  # ExecuTorch's LLM ops (update_cache, custom_sdpa)
+
+
+def load_custom_ops(names: list[str]) -> None:
+    """Register the kernels of the custom operator libraries a program was exported with."""
+    import importlib
+
+    for name in names:
+        if name not in CUSTOM_OPS:
+            raise OmniDraftError(f"the program needs custom operators {name!r}, unknown to this omnidraft; "
+                                 "update omnidraft or re-export the bundle")
+        try:
+            importlib.import_module(CUSTOM_OPS[name])
+        except (ImportError, OSError) as e:
+            raise OmniDraftError(f"the program needs ExecuTorch's {name} custom operators, which this "
+                                 f"executorch installation cannot load ({str(e).splitlines()[0][:120]})") from None
 
 
 @contextlib.contextmanager

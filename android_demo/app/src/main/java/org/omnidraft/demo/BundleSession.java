@@ -73,7 +73,7 @@ public final class BundleSession {
         }
         if (!"omnidraft-bundle".equals(m.get("format"))) throw new BundleError("bundle.json is not an OmniDraft bundle manifest");
         int version = ((Number) m.get("version")).intValue();
-        if (version < 1 || version > 2) throw new BundleError("bundle version " + version + " is not supported; re-export it");
+        if (version < 1 || version > 3) throw new BundleError("bundle version " + version + " is not supported; re-export it");
         for (Map.Entry<String, Object> f : Json.object(m.get("files")).entrySet()) {
             File file = new File(dir, f.getKey());
             long size = ((Number) Json.object(f.getValue()).get("size")).longValue();
