@@ -28,8 +28,11 @@ without acceptance heads, still load):
         tokenizer_fingerprint, graphs {"onnx": file, "executorch": file}
     models.<role>.executorch_ops   (version 3) custom operator libraries the role's ExecuTorch
                       programs need at run time: ["llama"] = ExecuTorch's LLM ops
-                      (llama::update_cache, llama::custom_sdpa; in the executorch wheel and in
-                      ExecuTorch's Android/iOS LLM runtime), [] or absent = none
+                      (llama::update_cache, llama::custom_sdpa), "quantized" = ExecuTorch's
+                      quantized kernels (embedding lookups of --embedding-quant); both in the
+                      executorch wheel and the Android AAR; [] or absent = none
+    models.<role>.quant   (version 3) that model's quantization (--drafter-quant may differ)
+    embedding_quant   (version 3) "none" | "int8" | "int4": ExecuTorch embedding tables
     models.drafter.acceptance_head   (version 2) {features F, inputs [head_weight,
                       head_bias], outputs [head_features, accept_prob]}: the drafter's
                       graphs also compute the acceptance head (--draft-len auto)
@@ -83,7 +86,9 @@ from .errors import OmniDraftError
 FORMAT = "omnidraft-bundle"
 VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
-EXECUTORCH_OPS = ("llama",)
+EXECUTORCH_OPS = ("llama", "quantized")
+QUANTS = ("none", "8da4w", "8da8w", "int8")
+EMBEDDING_QUANTS = ("none", "int8", "int4")
 ROLES = ("target", "drafter")
 BACKEND_FORMATS = {"onnxruntime": "onnx", "executorch": "executorch"}
 
@@ -203,6 +208,7 @@ def _validate(manifest: dict) -> dict:
         _need(isinstance(graphs, dict) and graphs, f"models.{role}.graphs")
         for key, rel in graphs.items():
             _relative(rel, f"models.{role}.graphs.{key}")
+        _need(m.get("quant", "none") in QUANTS, f"models.{role}.quant")
         ops = m.get("executorch_ops", [])
         _need(isinstance(ops, list) and all(op in EXECUTORCH_OPS for op in ops), f"models.{role}.executorch_ops")
     files = manifest["files"]
@@ -216,6 +222,8 @@ def _validate(manifest: dict) -> dict:
         for rel in models[role]["graphs"].values():
             _need(rel in files, f"files (graph {rel} is not listed)")
     _positive(manifest["max_draft_len"], "max_draft_len")
+    _need(manifest.get("quant", "none") in QUANTS, "quant")
+    _need(manifest.get("embedding_quant", "none") in EMBEDDING_QUANTS, "embedding_quant")
     training = manifest.get("training")
     if training:
         _need(isinstance(training, dict), "training")

@@ -69,7 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--quant", choices=("none", "8da4w", "8da8w", "int8"), default="none",
                      help="ExecuTorch: 8da4w (int4 weights) or 8da8w (int8 weights), dynamic int8 activations; "
                           "ONNX: int8 (int8 weights)")
+    exp.add_argument("--drafter-quant", choices=("none", "8da4w", "8da8w", "int8"),
+                     help="the drafter's quantization (default: --quant)")
+    exp.add_argument("--embedding-quant", choices=("none", "int8", "int4"), default="none",
+                     help="ExecuTorch: weight-only quantized embedding tables (groups of 32), both models")
     exp.add_argument("--max-context", type=opt.positive_int, default=512, help="target KV cache length")
+    exp.add_argument("--drafter-context", type=opt.positive_int,
+                     help="drafter KV cache length (default: twice --max-context)")
     exp.add_argument("--max-draft-len", type=opt.positive_int, default=8, help="largest draft length K")
     exp.add_argument("--with-training", action="store_true",
                      help="also export the drafter's LoRA training step and a LoRA-input drafter (ExecuTorch)")
@@ -191,8 +197,9 @@ def cmd_export(args) -> int:
 
     formats = ("executorch", "onnx") if args.format == "both" else (args.format,)
     export_bundle(
-        args.out, args.target, args.drafter, formats=formats, quant=args.quant,
-        max_context=args.max_context, max_draft_len=args.max_draft_len,
+        args.out, args.target, args.drafter, formats=formats, quant=args.quant, drafter_quant=args.drafter_quant,
+        embedding_quant=args.embedding_quant, max_context=args.max_context, drafter_context=args.drafter_context,
+        max_draft_len=args.max_draft_len,
         with_training=args.with_training, train_window=args.train_window,
     )
     print(args.out)

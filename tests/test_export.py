@@ -203,6 +203,8 @@ def test_cli_generate_on_bundle(bundle_dir, tmp_path, backend):
         (["export", "--format", "onnx", "--quant", "8da4w", "--out", "OUT"], "not available for onnx"),
         (["export", "--format", "both", "--quant", "int8", "--out", "OUT"], "not available for executorch"),
         (["export", "--target", "/no/model", "--out", "OUT"], "model path does not exist"),
+        (["export", "--format", "onnx", "--drafter-quant", "8da8w", "--out", "OUT"], "not available for onnx"),
+        (["export", "--format", "onnx", "--embedding-quant", "int8", "--out", "OUT"], "applies to ExecuTorch"),
     ],
 )
 def test_cli_bundle_errors(bundle_dir, tmp_path, args, needle):
@@ -214,8 +216,9 @@ def test_cli_bundle_errors(bundle_dir, tmp_path, args, needle):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("fmt, quant", [("onnx", "int8"), ("executorch", "8da4w"), ("executorch", "8da8w")])
-def test_quantized_graph_top1_agreement(tmp_path, target_path, target_vocab, fmt, quant):
+@pytest.mark.parametrize("fmt, quant, embedding", [("onnx", "int8", "none"), ("executorch", "8da4w", "none"),
+                                                    ("executorch", "8da8w", "int4")])
+def test_quantized_graph_top1_agreement(tmp_path, target_path, target_vocab, fmt, quant, embedding):
     """Top-1 agreement of a quantized tiny target with fp32 eager on real text.
 
     The tiny target here has a reduced vocabulary of 8,192 tokens (the text's ids folded into
@@ -243,7 +246,8 @@ def test_quantized_graph_top1_agreement(tmp_path, target_path, target_vocab, fmt
         from omnidraft.export.executorch_export import export_executorch
         from omnidraft.runtime.executorch_runner import ExecuTorchRunner
 
-        meta = export_executorch(model, tmp_path / "t.pte", 64, 8, quant)
+        meta = export_executorch(model, tmp_path / "t.pte", 64, 8, quant, embedding_quant=embedding)
+        assert meta["executorch_ops"] == (["llama"] if embedding == "none" else ["llama", "quantized"])
         runner = ExecuTorchRunner(tmp_path / "t.pte", meta)
     got = np.concatenate([runner.forward(ids[i:i + 8], i, len(ids[i:i + 8])) for i in range(0, len(ids), 8)])
     agreement = float((got.argmax(-1) == want.argmax(-1)).mean())
@@ -254,6 +258,24 @@ def test_quantized_graph_top1_agreement(tmp_path, target_path, target_vocab, fmt
     runner.reset()
     one_by_one = np.concatenate([runner.forward(ids[i:i + 1], i, 1) for i in range(16)])
     assert_close(got[:16], one_by_one)
+
+
+@pytest.mark.parametrize("bits", ["int8", "int4"])
+def test_quantized_embedding_rows(target_path, bits):
+    """Gemma's scaled embedding, quantized: every row within half a quantization step of the float row."""
+    import torch
+
+    from omnidraft.export.quant_embedding import GROUP, QuantizedEmbedding
+
+    model = tiny_model(target_path, seed=1, vocab_size=512)
+    table = model.get_input_embeddings()
+    quantized = QuantizedEmbedding(table, bits)
+    ids = torch.arange(512).reshape(1, -1)
+    want, got = table(ids)[0], quantized(ids)[0]
+    step = quantized.scales.repeat_interleave(GROUP, dim=1) * table.embed_scale  # per element
+    assert got.shape == want.shape and quantized.weight.dtype == (torch.int8 if bits == "int8" else torch.uint8)
+    assert bool(((got - want).abs() <= step / 2 + 1e-5).all())
+    assert float((got - want).abs().max()) > 0  # it did quantize
 
 
 def test_simulator_chat_session_and_report(bundle_dir, tmp_path):

@@ -43,6 +43,8 @@ def export_bundle(
     drafter: str | None = None,
     formats: tuple[str, ...] = ("onnx",),
     quant: str = "none",
+    drafter_quant: str | None = None,
+    embedding_quant: str = "none",
     max_context: int = 512,
     max_draft_len: int = 8,
     drafter_context: int | None = None,
@@ -53,9 +55,13 @@ def export_bundle(
     lam: float = 0.2,
 ) -> Path:
     """Export both models in each format into the bundle folder `out`."""
+    quants = {"target": quant, "drafter": quant if drafter_quant is None else drafter_quant}
     for fmt in formats:
-        if quant not in QUANTS[fmt]:
-            raise OmniDraftError(f"quantization {quant!r} is not available for {fmt} (choose {', '.join(QUANTS[fmt])})")
+        for q in set(quants.values()):
+            if q not in QUANTS[fmt]:
+                raise OmniDraftError(f"quantization {q!r} is not available for {fmt} (choose {', '.join(QUANTS[fmt])})")
+    if embedding_quant != "none" and "executorch" not in formats:
+        raise OmniDraftError("--embedding-quant applies to ExecuTorch programs: use --format executorch or both")
     if max_draft_len < 1:
         raise OmniDraftError("max draft length must be at least 1")
     if max_context < max_draft_len + 2:
@@ -80,18 +86,19 @@ def export_bundle(
                 draft_head = apply_draft_head(model, path) if role == "drafter" else None
             graphs = {}
             meta = None
-            for fmt in formats:
+            for fmt in sorted(formats, key=lambda f: f != "onnx"):  # ExecuTorch export changes the model
                 if fmt == "onnx":
                     from .onnx_export import export_onnx
 
-                    meta = export_onnx(model, tmp / f"{role}.onnx", contexts[role], tokens_per_call, quant,
+                    meta = export_onnx(model, tmp / f"{role}.onnx", contexts[role], tokens_per_call, quants[role],
                                        head=role == "drafter")
                     graphs["onnx"] = f"{role}.onnx"
                 else:
                     from .executorch_export import export_executorch
 
-                    meta = meta_et = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call, quant,
-                                             head=role == "drafter")
+                    meta = meta_et = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call,
+                                                       quants[role], head=role == "drafter",
+                                                       embedding_quant=embedding_quant)
                     graphs["executorch"] = f"{role}.pte"
             if role == "drafter" and with_training:
                 training = _export_training(load_model(path), path, tmp, vocabs, graphs, contexts[role], tokens_per_call,
@@ -101,6 +108,7 @@ def export_bundle(
                 "vocab_size": meta["vocab_size"],
                 "max_context": contexts[role],
                 "max_tokens_per_call": tokens_per_call,
+                "quant": quants[role],
                 "kv_shape": meta["kv_shape"],
                 "tokenizer": f"tokenizers/{role}",
                 "tokenizer_fingerprint": vocabs[role].fingerprint,
@@ -133,6 +141,7 @@ def export_bundle(
             "max_context": max_context,
             "max_draft_len": max_draft_len,
             "quant": quant,
+            "embedding_quant": embedding_quant,
             "pair_id": bridge.pair_id,
             "versions": _versions(),
             "models": models,

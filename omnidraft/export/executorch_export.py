@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ..progress import stage
+from .quant_embedding import quantize_embeddings
 from .kv_wrapper import HEAD_INPUTS, BufferKVModel, head_example, runner_meta
 
 
@@ -39,14 +40,20 @@ def quantize_linears(model, quant: str, group_size: int = 32) -> None:
 
 
 def export_executorch(model, path: Path, max_context: int, max_tokens: int, quant: str = "none",
-                      head: bool = False, lean: bool = True) -> dict:
+                      head: bool = False, lean: bool = True, embedding_quant: str = "none") -> dict:
     """Write `path` (.pte); with `head`, the graph also computes the acceptance head (kv_wrapper.py).
 
     `lean` (the default) writes and reads the KV cache through ExecuTorch's LLM custom ops
-    (llama_ops.py); the program then needs their kernels at run time (`executorch_ops`).
+    (llama_ops.py); the program then needs their kernels at run time (`executorch_ops`), as it
+    needs ExecuTorch's quantized kernels with `embedding_quant` int8 or int4 (quant_embedding.py).
     """
     path = Path(path)
     model.config._attn_implementation = "sdpa"
+    ops = ["llama"] if lean else []
+    if embedding_quant != "none":  # first: a tied head keeps the float table, quantized below as a linear
+        with stage(f"executorch: {embedding_quant} embedding table for {path.name}"):
+            quantize_embeddings(model, embedding_quant)
+        ops.append("quantized")
     if quant in ("8da4w", "8da8w"):
         with stage(f"executorch: {quant} quantization for {path.name}"):
             quantize_linears(model, quant)
@@ -61,8 +68,7 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
         dynamic.update(dict.fromkeys(HEAD_INPUTS))
     wrapper = BufferKVModel(model.eval(), max_context, lean=lean).eval()
     lower_to_xnnpack(wrapper, example, dynamic, path, strict=True)
-    return {**runner_meta(model, max_context, max_tokens, head), "quant": quant,
-            "executorch_ops": ["llama"] if lean else []}
+    return {**runner_meta(model, max_context, max_tokens, head), "quant": quant, "executorch_ops": ops}
 
 
 def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict: bool) -> None:

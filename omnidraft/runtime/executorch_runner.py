@@ -49,7 +49,10 @@ class ExecuTorchRunner(ModelRunner):
         return Step(logits, (outputs[1][0].numpy(), float(outputs[2][0])))
 
 
-CUSTOM_OPS = {"llama": "executorch.extension.llm.custom_ops.custom_ops"}  # ExecuTorch's LLM ops (update_cache, custom_sdpa)
+CUSTOM_OPS = {  # operator libraries a bundle's programs may need besides the default kernels
+    "llama": "executorch.extension.llm.custom_ops.custom_ops",  # ExecuTorch's LLM ops (update_cache, custom_sdpa)
+    "quantized": "executorch.kernels.quantized",  # quantized embedding lookups (--embedding-quant)
+}
 
 
 def load_custom_ops(names: list[str]) -> None:
