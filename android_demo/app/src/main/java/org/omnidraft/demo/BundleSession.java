@@ -60,6 +60,7 @@ public final class BundleSession {
         public String text;
         public int tokens, targetCalls, drafted, accepted, lookupAccepted;
         public double seconds;
+        public String timings; // "target step 12 ms, verify 15 ms, drafter step 15 ms (c 1.21)" for this reply
     }
 
     public BundleSession(File dir, File stateDir) throws BundleError, IOException {
@@ -171,6 +172,10 @@ public final class BundleSession {
         DraftLength length = autoDraftLen && head != null
                 ? new DraftLength(DraftLength.Policy.AUTO, 4, maxDraftLen, 0.5)
                 : new DraftLength(DraftLength.Policy.FIXED, Math.min(4, maxDraftLen), maxDraftLen, 0.5);
+        for (org.omnidraft.core.ModelRunner m : new org.omnidraft.core.ModelRunner[] {target, drafter}) {
+            m.oneToken.clear();
+            m.several.clear();
+        }
         long t0 = System.nanoTime();
         SpeculativeLoop.Result r = loop.generate(prompt, maxNew, length, new Sampler(0, 1), Math::random, chatEos,
                 targetTok.pieceId("<bos>"));
@@ -182,6 +187,7 @@ public final class BundleSession {
         out.drafted = r.drafted;
         out.accepted = r.accepted;
         out.lookupAccepted = r.lookupAccepted;
+        out.timings = org.omnidraft.core.CallTimes.summary(target, speculative ? drafter : null);
         if (learn && onlineHead != null) onlineHead.update(30, 0.03, 0.1);
         if (loop.lastExample != null && !loop.lastExample.isEmpty()) adapt(loop.lastExample);
         return out;

@@ -102,9 +102,10 @@ class MainActivity : Activity() {
             val acceptance = if (reply.drafted > 0) reply.accepted.toDouble() / reply.drafted else 0.0
             runOnUiThread {
                 status.text = String.format(
-                    "%s: %.2f tok/s, %.2f tokens/target call, acceptance %.2f, %d tokens from lookup, n-gram cache %d%s",
+                    "%s: %.2f tok/s, %.2f tokens/target call, acceptance %.2f, %d tokens from lookup, n-gram cache %d%s\n%s",
                     if (spec) "speculative" else "target only", tps, perCall, acceptance, reply.lookupAccepted, s.cache.size(),
-                    if (s.trainer != null) String.format(", LoRA steps %d (loss %.3f)", s.trainer.steps, s.lastLoss) else ""
+                    if (s.trainer != null) String.format(", LoRA steps %d (loss %.3f)", s.trainer.steps, s.lastLoss) else "",
+                    reply.timings
                 )
                 send.isEnabled = true
             }

@@ -17,6 +17,11 @@ public abstract class ModelRunner {
     protected final List<Integer> tokens = new ArrayList<>();
     public double lastAcceptProb = Double.NaN; // a drafter graph with an acceptance head sets these
     public float[] lastHeadFeatures;
+    /**
+     * Seconds per call (omnidraft/runtime/decoding.py's timings): one-token calls (a target or drafter step),
+     * and calls scoring several positions (verification); prefill and resync chunks are not timed.
+     */
+    public final CallTimes oneToken = new CallTimes(), several = new CallTimes();
 
     protected ModelRunner(int vocabSize, int maxContext) {
         this.vocabSize = vocabSize;
@@ -35,7 +40,12 @@ public abstract class ModelRunner {
         if (input.isEmpty()) throw new IllegalArgumentException("forward needs at least one token");
         if (start > position) throw new IllegalArgumentException("cache holds " + position + " positions, cannot write at " + start);
         if (start + input.size() > maxContext) throw new IllegalArgumentException("context window of " + maxContext + " exceeded");
-        float[][] logits = run(input, start, Math.max(1, Math.min(nLogits, input.size())));
+        int rows = Math.max(1, Math.min(nLogits, input.size()));
+        long t0 = System.nanoTime();
+        float[][] logits = run(input, start, rows);
+        double seconds = (System.nanoTime() - t0) / 1e9;
+        if (input.size() == 1) oneToken.add(seconds);
+        else if (rows > 1) several.add(seconds);
         while (tokens.size() > start) tokens.remove(tokens.size() - 1);
         tokens.addAll(input);
         position = start + input.size();

@@ -62,6 +62,26 @@ public class LoopTest {
     }
 
     @Test
+    public void callTimesCountStepsAndVerificationsNotPrefill() {
+        Bigram target = new Bigram(50, 64, 1, null), drafter = new Bigram(50, 64, 2, null);
+        assertTrue(Double.isNaN(target.oneToken.medianMs()) && CallTimes.summary(target, drafter).isEmpty());
+        target.forward(List.of(1, 2, 3, 4), 0, 1); // prefill: not timed
+        target.forward(List.of(5), 4, 1); // a step
+        target.forward(List.of(6, 7, 8), 5, 3); // a verification
+        target.forward(List.of(9, 10, 11), 8, 3);
+        drafter.forward(List.of(1), 0, 1);
+        assertEquals(1, target.oneToken.count());
+        assertEquals(2, target.several.count());
+        assertTrue(target.oneToken.medianMs() >= 0 && target.several.medianMs() >= 0);
+        String s = CallTimes.summary(target, drafter);
+        assertTrue(s, s.startsWith("target step ") && s.contains(", verify ") && s.contains(", drafter step ")
+                && s.contains(" (c "));
+        for (int i = 0; i < 300; i++) drafter.forward(List.of(1), 0, 1);
+        assertEquals(256, drafter.oneToken.count()); // the most recent calls only
+        assertEquals("target step", CallTimes.summary(target, null).substring(0, 11));
+    }
+
+    @Test
     public void crossVocabGreedyEqualsTargetOnly() throws Exception {
         Tokenizer dt = Golden.drafter(), tt = Golden.target();
         VocabBridge bridge = new VocabBridge(dt, tt);
