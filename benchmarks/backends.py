@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from omnidraft import corpora
+from omnidraft.bundle import load_bundle
 from omnidraft.pair import build_bundle_pair, build_eager_pair
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 
@@ -56,13 +57,16 @@ def main() -> int:
     configs = [("eager fp32", lambda spec: build_eager_pair(speculative=spec, use_ngram_cache=False), {})]
     for item in args.bundle:
         path, _, backend = item.partition(":")
-        manifest = json.loads((Path(path) / "bundle.json").read_text())
-        fmts = manifest["models"]["target"]["graphs"]
+        manifest = load_bundle(path, verify_hashes=False).manifest
+        fmts = manifest.models["target"].graphs
         backends = [backend] if backend else [b for b, f in (("executorch", "executorch"), ("onnxruntime", "onnx")) if f in fmts]
         for b in backends:
             ext = "pte" if b == "executorch" else "onnx"
             sizes = {role: (Path(path) / f"{role}.{ext}").stat().st_size for role in ("target", "drafter")}
-            label = f"{b} {manifest['quant'] if manifest['quant'] != 'none' else 'fp32'}"
+            quant = manifest.quant if manifest.quant != "none" else "fp32"
+            if manifest.embedding_quant != "none":
+                quant += f", {manifest.embedding_quant} embeddings"
+            label = f"{b} {quant} ({Path(path).name})"
             configs.append((label, lambda spec, p=path, b=b: build_bundle_pair(p, b, speculative=spec, threads=args.threads,
                                                                                   use_ngram_cache=False), sizes))
 

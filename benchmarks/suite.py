@@ -80,10 +80,10 @@ def _bundle_pair(path: str, backend: str, args):
     from omnidraft.bundle import load_bundle
 
     bundle = load_bundle(path)
-    graphs = bundle.model("target")["graphs"]
+    graphs = bundle.model("target").graphs
     if (backend == "onnxruntime" and "onnx" not in graphs) or (backend == "executorch" and "executorch" not in graphs):
         return None
-    trainable = args.extended and backend == "executorch" and bool(bundle.manifest.get("training"))
+    trainable = args.extended and backend == "executorch" and bool(bundle.manifest.training)
     return build_bundle_pair(path, backend, threads=args.threads, use_ngram_cache=False, lora_drafter=trainable)
 
 

@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import OmniDraftError
@@ -106,28 +106,151 @@ def file_entry(root: Path, rel: str) -> dict:
     return {"size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-@dataclass
+@dataclass(frozen=True)
+class ModelEntry:
+    """models.<role> of bundle.json: one model's graphs and what a runner needs to know about them."""
+
+    name: str
+    vocab_size: int
+    max_context: int
+    max_tokens_per_call: int
+    kv_shape: list[int]
+    tokenizer: str
+    tokenizer_fingerprint: str
+    graphs: dict[str, str]
+    quant: str = "none"
+    executorch_ops: list[str] = field(default_factory=list)
+    acceptance_head: dict | None = None
+    draft_head: dict | None = None
+
+    @classmethod
+    def parse(cls, m, role: str) -> ModelEntry:
+        _need(isinstance(m, dict), f"models.{role}")
+        _need(isinstance(m["name"], str) and m["name"], f"models.{role}.name")
+        for key in ("vocab_size", "max_context", "max_tokens_per_call"):
+            _positive(m[key], f"models.{role}.{key}")
+        kv = m["kv_shape"]
+        _need(isinstance(kv, list) and len(kv) == 5 and all(isinstance(x, int) and x >= 1 for x in kv),
+              f"models.{role}.kv_shape")
+        _relative(m["tokenizer"], f"models.{role}.tokenizer")
+        _need(isinstance(m.get("tokenizer_fingerprint"), str), f"models.{role}.tokenizer_fingerprint")
+        graphs = m["graphs"]
+        _need(isinstance(graphs, dict) and graphs, f"models.{role}.graphs")
+        for key, rel in graphs.items():
+            _relative(rel, f"models.{role}.graphs.{key}")
+        _need(m.get("quant", "none") in QUANTS, f"models.{role}.quant")
+        ops = m.get("executorch_ops", [])
+        _need(isinstance(ops, list) and all(op in EXECUTORCH_OPS for op in ops), f"models.{role}.executorch_ops")
+        head = m.get("acceptance_head")
+        _need(head is None or (isinstance(head, dict) and isinstance(head.get("features"), int)
+                               and head["features"] >= 3), f"models.{role}.acceptance_head.features")
+        draft_head = m.get("draft_head")
+        _need(draft_head is None or (isinstance(draft_head, dict) and isinstance(draft_head.get("tokens"), int)
+                                     and 1 <= draft_head["tokens"] <= m["vocab_size"]), f"models.{role}.draft_head.tokens")
+        return cls(m["name"], m["vocab_size"], m["max_context"], m["max_tokens_per_call"], kv, m["tokenizer"],
+                   m["tokenizer_fingerprint"], graphs, m.get("quant", "none"), ops, head, draft_head)
+
+    def to_dict(self) -> dict:
+        """The JSON object (optional parts only when present); also what runners read (`meta`)."""
+        out = asdict(self)
+        return {k: v for k, v in out.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """bundle.json, typed: written by export (Manifest(...).write), read and validated by load_bundle."""
+
+    max_context: int
+    max_draft_len: int
+    quant: str
+    pair_id: str
+    models: dict[str, ModelEntry]
+    files: dict[str, dict]
+    versions: dict = field(default_factory=dict)
+    embedding_quant: str = "none"
+    eos_ids: list[int] = field(default_factory=list)
+    chat_eos_ids: list[int] = field(default_factory=list)
+    ngram_cache: str | None = None
+    training: dict | None = None
+    created: str = ""
+    version: int = VERSION
+
+    @classmethod
+    def parse(cls, manifest: dict) -> Manifest:
+        """Every field the runtime reads, with its type and range (ValueError/KeyError/TypeError naming it)."""
+        models = manifest["models"]
+        _need(isinstance(models, dict), "models")
+        entries = {role: ModelEntry.parse(models[role], role) for role in ROLES}
+        files = manifest["files"]
+        _need(isinstance(files, dict) and files, "files")
+        for rel, entry in files.items():
+            _relative(rel, "files")
+            _need(isinstance(entry, dict), f"files.{rel}")
+            _need(isinstance(entry.get("size"), int) and entry["size"] >= 0, f"files.{rel}.size")
+            _need(isinstance(entry.get("sha256"), str) and len(entry["sha256"]) == 64, f"files.{rel}.sha256")
+        for role in ROLES:
+            for rel in entries[role].graphs.values():
+                _need(rel in files, f"files (graph {rel} is not listed)")
+        _positive(manifest["max_draft_len"], "max_draft_len")
+        _need(manifest.get("quant", "none") in QUANTS, "quant")
+        _need(manifest.get("embedding_quant", "none") in EMBEDDING_QUANTS, "embedding_quant")
+        training = manifest.get("training")
+        if training:
+            _need(isinstance(training, dict), "training")
+            _positive(training["window"], "training.window")
+            _positive(training["mapped"], "training.mapped")
+            lora = training["lora_inputs"]
+            _need(isinstance(lora, list) and all(
+                isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], list)
+                and all(isinstance(d, int) and d >= 1 for d in x[1]) for x in lora), "training.lora_inputs")
+            for key in ("executorch_train", "executorch_lora"):
+                _need(key in entries["drafter"].graphs, f"models.drafter.graphs.{key}")
+        for key in ("eos_ids", "chat_eos_ids"):
+            ids = manifest.get(key, [])
+            _need(isinstance(ids, list) and all(isinstance(i, int) and 0 <= i < entries["target"].vocab_size
+                                                for i in ids), key)
+        cache = manifest.get("ngram_cache")
+        _need(cache is None or (_relative(cache, "ngram_cache") in files), "ngram_cache")
+        return cls(manifest.get("max_context", entries["target"].max_context), manifest["max_draft_len"],
+                   manifest.get("quant", "none"), str(manifest.get("pair_id", "")), entries, files,
+                   manifest.get("versions", {}), manifest.get("embedding_quant", "none"), manifest.get("eos_ids", []),
+                   manifest.get("chat_eos_ids", []), cache, training or None, str(manifest.get("created", "")),
+                   manifest["version"])
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": self.version, "created": self.created, "max_context": self.max_context,
+                "max_draft_len": self.max_draft_len, "quant": self.quant, "embedding_quant": self.embedding_quant,
+                "pair_id": self.pair_id, "versions": self.versions,
+                "models": {role: entry.to_dict() for role, entry in self.models.items()},
+                "eos_ids": self.eos_ids, "chat_eos_ids": self.chat_eos_ids, "ngram_cache": self.ngram_cache,
+                "training": self.training, "files": self.files}
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+
+@dataclass(frozen=True)
 class Bundle:
     root: Path
-    manifest: dict
+    manifest: Manifest
 
     @property
     def max_draft_len(self) -> int:
-        return int(self.manifest["max_draft_len"])
+        return self.manifest.max_draft_len
 
-    def model(self, role: str) -> dict:
-        return self.manifest["models"][role]
+    def model(self, role: str) -> ModelEntry:
+        return self.manifest.models[role]
 
     def graph_path(self, role: str, backend: str) -> Path:
         fmt = BACKEND_FORMATS[backend]
-        graphs = self.model(role)["graphs"]
+        graphs = self.model(role).graphs
         if fmt not in graphs:
             have = ", ".join(k for k, v in BACKEND_FORMATS.items() if v in graphs) or "none"
             raise OmniDraftError(f"bundle {self.root} has no {fmt} graph for the {role} (backends here: {have})")
         return self.root / graphs[fmt]
 
     def tokenizer_dir(self, role: str) -> Path:
-        return self.root / self.model(role)["tokenizer"]
+        return self.root / self.model(role).tokenizer
 
     def check_draft_len(self, draft_len: int) -> None:
         if draft_len > self.max_draft_len:
@@ -144,21 +267,21 @@ def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
     if not path.is_file():
         raise OmniDraftError(f"not a bundle (no bundle.json): {root}")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise OmniDraftError(f"bundle.json in {root} is corrupt ({type(e).__name__})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise OmniDraftError(f"{path} is not an OmniDraft bundle manifest")
-    if manifest.get("version") not in READABLE_VERSIONS:
+    if raw.get("version") not in READABLE_VERSIONS:
         raise OmniDraftError(
-            f"bundle version {manifest.get('version')} is not supported (this omnidraft reads versions "
+            f"bundle version {raw.get('version')} is not supported (this omnidraft reads versions "
             f"{', '.join(map(str, READABLE_VERSIONS))}); re-export it"
         )
     try:
-        files = _validate(manifest)
+        manifest = Manifest.parse(raw)
     except (KeyError, TypeError, ValueError) as e:
         raise OmniDraftError(f"bundle.json in {root} is missing field (or has a bad value) {e}") from None
-    for rel, entry in files.items():
+    for rel, entry in manifest.files.items():
         f = root / rel
         if not f.is_file():
             raise OmniDraftError(f"bundle {root} is missing {rel}")
@@ -166,11 +289,6 @@ def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
             raise OmniDraftError(f"bundle file {rel} has the wrong size (corrupt or replaced); re-export the bundle")
         if verify_hashes and sha256_file(f) != entry["sha256"]:
             raise OmniDraftError(f"bundle file {rel} does not match its sha256 (corrupt or replaced); re-export the bundle")
-    listed = set(files)
-    for role in ROLES:
-        for rel in manifest["models"][role]["graphs"].values():
-            if rel not in listed:
-                raise OmniDraftError(f"bundle graph {rel} is not listed in bundle.json files")
     return Bundle(root, manifest)
 
 
@@ -189,71 +307,8 @@ def _relative(path, field: str) -> str:
     return path
 
 
-def _validate(manifest: dict) -> dict:
-    """Every field the runtime reads, with its type and range; returns the files table."""
-    models = manifest["models"]
-    _need(isinstance(models, dict), "models")
-    for role in ROLES:
-        m = models[role]
-        _need(isinstance(m, dict), f"models.{role}")
-        _need(isinstance(m["name"], str) and m["name"], f"models.{role}.name")
-        for key in ("vocab_size", "max_context", "max_tokens_per_call"):
-            _positive(m[key], f"models.{role}.{key}")
-        kv = m["kv_shape"]
-        _need(isinstance(kv, list) and len(kv) == 5 and all(isinstance(x, int) and x >= 1 for x in kv),
-              f"models.{role}.kv_shape")
-        _relative(m["tokenizer"], f"models.{role}.tokenizer")
-        _need(isinstance(m.get("tokenizer_fingerprint"), str), f"models.{role}.tokenizer_fingerprint")
-        graphs = m["graphs"]
-        _need(isinstance(graphs, dict) and graphs, f"models.{role}.graphs")
-        for key, rel in graphs.items():
-            _relative(rel, f"models.{role}.graphs.{key}")
-        _need(m.get("quant", "none") in QUANTS, f"models.{role}.quant")
-        ops = m.get("executorch_ops", [])
-        _need(isinstance(ops, list) and all(op in EXECUTORCH_OPS for op in ops), f"models.{role}.executorch_ops")
-    files = manifest["files"]
-    _need(isinstance(files, dict) and files, "files")
-    for rel, entry in files.items():
-        _relative(rel, "files")
-        _need(isinstance(entry, dict), f"files.{rel}")
-        _need(isinstance(entry.get("size"), int) and entry["size"] >= 0, f"files.{rel}.size")
-        _need(isinstance(entry.get("sha256"), str) and len(entry["sha256"]) == 64, f"files.{rel}.sha256")
-    for role in ROLES:
-        for rel in models[role]["graphs"].values():
-            _need(rel in files, f"files (graph {rel} is not listed)")
-    _positive(manifest["max_draft_len"], "max_draft_len")
-    _need(manifest.get("quant", "none") in QUANTS, "quant")
-    _need(manifest.get("embedding_quant", "none") in EMBEDDING_QUANTS, "embedding_quant")
-    training = manifest.get("training")
-    if training:
-        _need(isinstance(training, dict), "training")
-        _positive(training["window"], "training.window")
-        _positive(training["mapped"], "training.mapped")
-        lora = training["lora_inputs"]
-        _need(isinstance(lora, list) and all(
-            isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], list)
-            and all(isinstance(d, int) and d >= 1 for d in x[1]) for x in lora), "training.lora_inputs")
-        for key in ("executorch_train", "executorch_lora"):
-            _need(key in models["drafter"]["graphs"], f"models.drafter.graphs.{key}")
-    head = models["drafter"].get("acceptance_head")
-    if head is not None:
-        _need(isinstance(head, dict) and isinstance(head.get("features"), int) and head["features"] >= 3,
-              "acceptance_head.features")
-    draft_head = models["drafter"].get("draft_head")
-    if draft_head is not None:
-        _need(isinstance(draft_head, dict) and isinstance(draft_head.get("tokens"), int)
-              and 1 <= draft_head["tokens"] <= models["drafter"]["vocab_size"], "draft_head.tokens")
-    for key in ("eos_ids", "chat_eos_ids"):
-        ids = manifest.get(key, [])
-        _need(isinstance(ids, list) and all(isinstance(i, int) and 0 <= i < models["target"]["vocab_size"]
-                                            for i in ids), key)
-    cache = manifest.get("ngram_cache")
-    _need(cache is None or (_relative(cache, "ngram_cache") in files), "ngram_cache")
-    return files
-
-
 def check_tokenizer(bundle: Bundle, role: str, vocab) -> None:
     """The tokenizer found in the bundle must be the one the graph was exported with."""
-    want = bundle.model(role)["tokenizer_fingerprint"]
+    want = bundle.model(role).tokenizer_fingerprint
     if vocab.fingerprint != want:
         raise OmniDraftError(f"bundle {role} tokenizer does not match the exported model (fingerprint {vocab.fingerprint} != {want})")

@@ -199,7 +199,7 @@ def open_pair(o: PairOptions) -> Pair:
     drafting = None
     if drafter is not None:
         drafting = DraftModel.between(target, target_vocab, drafter, draft_vocab)
-        seed = bundle.root / bundle.manifest["ngram_cache"] if bundle and bundle.manifest.get("ngram_cache") else None
+        seed = bundle.root / bundle.manifest.ngram_cache if bundle and bundle.manifest.ngram_cache else None
         drafting.ngram_cache, pair.cache_path = _open_cache(drafting.bridge, drafter_name, target_name, o, seed)
         if pair.draft["draft_policy"] == "auto":
             drafting.predictor, pair.predictor_path = _open_predictor(drafting, drafter_name, target_name, o)
@@ -268,7 +268,7 @@ def _bundle_models(o: PairOptions, with_drafter: bool):
         vocabs[role] = Vocab.from_tokenizer(load_tokenizer(bundle.tokenizer_dir(role)))
         check_tokenizer(bundle, role, vocabs[role])
     target = open_runner(bundle, "target", o.backend, o.threads)
-    names = {role: bundle.model(role)["name"] for role in ("target", "drafter")}
+    names = {role: bundle.model(role).name for role in ("target", "drafter")}
     if not with_drafter:
         return target, vocabs["target"], names["target"], None, None, None, bundle
     drafter_backend = o.drafter_backend or o.backend
@@ -360,7 +360,7 @@ def _executorch_learner(bundle, drafting: DraftModel, config):
 
     drafter = drafting.drafter
     training = _training_section(bundle, drafter.backend)
-    graphs = bundle.model("drafter")["graphs"]
+    graphs = bundle.model("drafter").graphs
     names = [name for name, _shape in training["lora_inputs"]]
     n_mapped = len(Mapping.from_bridge(drafting.bridge))
     if n_mapped != training["mapped"]:
@@ -371,7 +371,7 @@ def _executorch_learner(bundle, drafting: DraftModel, config):
 
 def _training_section(bundle, backend: str) -> dict:
     """The bundle's training programs' description; on-device adaptation needs it, on ExecuTorch."""
-    training = bundle.manifest.get("training")
+    training = bundle.manifest.training
     if not training:
         raise OmniDraftError("--adapt needs a bundle exported --with-training (its LoRA training program)")
     if backend != "executorch":
@@ -385,15 +385,16 @@ def open_runner(bundle, role: str, backend: str, threads: int | None, graph: str
     graph: another of the role's graphs by its bundle.json key (e.g. "executorch_lora", whose runner
     owns zero LoRA tensors as extra inputs until a learner updates them).
     """
-    meta = bundle.model(role)
-    path = bundle.root / meta["graphs"][graph] if graph else bundle.graph_path(role, backend)
+    entry = bundle.model(role)
+    meta = entry.to_dict()
+    path = bundle.root / entry.graphs[graph] if graph else bundle.graph_path(role, backend)
     if backend == "onnxruntime":
         from .runtime.onnx_runner import OnnxRunner
 
         return OnnxRunner(path, meta, threads=threads, name=role)
     from .runtime.executorch_runner import ExecuTorchRunner
 
-    lora = bundle.manifest["training"]["lora_inputs"] if graph == "executorch_lora" else []
+    lora = bundle.manifest.training["lora_inputs"] if graph == "executorch_lora" else []
     return ExecuTorchRunner(path, meta, name=role, extra_shapes=[shape for _name, shape in lora])
 
 

@@ -54,9 +54,9 @@ def an_example(pair):
 
 
 def learner_for(pair, lr=LR):
-    training = pair.bundle.manifest["training"]
+    training = pair.bundle.manifest.training
     names = [n for n, _ in training["lora_inputs"]]
-    path = pair.bundle.root / pair.bundle.model("drafter")["graphs"]["executorch_train"]
+    path = pair.bundle.root / pair.bundle.model("drafter").graphs["executorch_train"]
     return ExecuTorchLearner(path, names, training["window"], training["mapped"], lr, pair.decoder.drafter)
 
 
@@ -75,7 +75,7 @@ def test_only_lora_tensors_are_exposed(pair):
     names = list(learner.params)
     assert names and all(n.endswith((".lora_A", ".lora_B")) for n in names)
     assert len(names) == 2 * len(LORA.targets) * 2  # 2 tensors x 3 modules x 2 layers
-    training = pair.bundle.manifest["training"]
+    training = pair.bundle.manifest.training
     assert training["window"] == WINDOW and training["lora"]["rank"] == LORA.rank
 
 

@@ -7,7 +7,6 @@ half a bundle. Format: omnidraft/bundle.py.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from importlib import metadata
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..atomic import atomic_directory
-from ..bundle import FORMAT, VERSION, file_entry
+from ..bundle import Manifest, ModelEntry, file_entry
 from ..draft_head import apply_draft_head
 from ..errors import OmniDraftError
 from ..models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
@@ -85,7 +84,7 @@ def export_bundle(
                 model = load_model(path)
                 draft_head = apply_draft_head(model, path) if role == "drafter" else None
             graphs = {}
-            meta = None
+            meta = meta_et = None
             for fmt in sorted(formats, key=lambda f: f != "onnx"):  # ExecuTorch export changes the model
                 if fmt == "onnx":
                     from .onnx_export import export_onnx
@@ -103,23 +102,14 @@ def export_bundle(
             if role == "drafter" and with_training:
                 training = _export_training(load_model(path), path, tmp, vocabs, graphs, contexts[role], tokens_per_call,
                                             train_window, lora, lam)
-            models[role] = {
-                "name": path.name,
-                "vocab_size": meta["vocab_size"],
-                "max_context": contexts[role],
-                "max_tokens_per_call": tokens_per_call,
-                "quant": quants[role],
-                "kv_shape": meta["kv_shape"],
-                "tokenizer": f"tokenizers/{role}",
-                "tokenizer_fingerprint": vocabs[role].fingerprint,
-                "graphs": graphs,
-            }
-            if "executorch" in formats:
-                models[role]["executorch_ops"] = meta_et["executorch_ops"]
-            if meta.get("acceptance_head"):
-                models[role]["acceptance_head"] = meta["acceptance_head"]
-            if draft_head:
-                models[role]["draft_head"] = {"tokens": draft_head}
+            models[role] = ModelEntry(
+                name=path.name, vocab_size=meta["vocab_size"], max_context=contexts[role],
+                max_tokens_per_call=tokens_per_call, kv_shape=meta["kv_shape"], tokenizer=f"tokenizers/{role}",
+                tokenizer_fingerprint=vocabs[role].fingerprint, graphs=graphs, quant=quants[role],
+                executorch_ops=meta_et["executorch_ops"] if "executorch" in formats else [],
+                acceptance_head=meta.get("acceptance_head"),
+                draft_head={"tokens": draft_head} if draft_head else None,
+            )
             del model
         bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
         cache_name = None
@@ -134,24 +124,12 @@ def export_bundle(
                 for p in sorted(tmp.rglob("*"))
                 if p.is_file()
             }
-        manifest = {
-            "format": FORMAT,
-            "version": VERSION,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "max_context": max_context,
-            "max_draft_len": max_draft_len,
-            "quant": quant,
-            "embedding_quant": embedding_quant,
-            "pair_id": bridge.pair_id,
-            "versions": _versions(),
-            "models": models,
-            "eos_ids": sorted(eos_ids(tv)),
-            "chat_eos_ids": sorted(eos_ids(tv, chat=True)),
-            "ngram_cache": cache_name,
-            "training": training if with_training else None,
-            "files": files,
-        }
-        (tmp / "bundle.json").write_text(json.dumps(manifest, indent=1))
+        Manifest(
+            max_context=max_context, max_draft_len=max_draft_len, quant=quant, embedding_quant=embedding_quant,
+            pair_id=bridge.pair_id, versions=_versions(), models=models, eos_ids=sorted(eos_ids(tv)),
+            chat_eos_ids=sorted(eos_ids(tv, chat=True)), ngram_cache=cache_name,
+            training=training if with_training else None, files=files, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        ).write(tmp / "bundle.json")
     log(f"[omnidraft] bundle written to {out} in {time.perf_counter() - start:.0f}s")
     return out
 
