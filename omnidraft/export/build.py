@@ -84,8 +84,8 @@ def export_bundle(
                 model = load_model(path)
                 draft_head = apply_draft_head(model, path) if role == "drafter" else None
             graphs = {}
-            meta = meta_et = None
-            for fmt in sorted(formats, key=lambda f: f != "onnx"):  # ExecuTorch export changes the model
+            meta = None
+            for fmt in sorted(formats, key=lambda f: f != "onnx"):  # ExecuTorch last: its export changes the model
                 if fmt == "onnx":
                     from .onnx_export import export_onnx
 
@@ -95,9 +95,8 @@ def export_bundle(
                 else:
                     from .executorch_export import export_executorch
 
-                    meta = meta_et = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call,
-                                                       quants[role], head=role == "drafter",
-                                                       embedding_quant=embedding_quant)
+                    meta = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call, quants[role],
+                                             head=role == "drafter", embedding_quant=embedding_quant)
                     graphs["executorch"] = f"{role}.pte"
             if role == "drafter" and with_training:
                 training = _export_training(load_model(path), path, tmp, vocabs, graphs, contexts[role], tokens_per_call,
@@ -106,7 +105,7 @@ def export_bundle(
                 name=path.name, vocab_size=meta["vocab_size"], max_context=contexts[role],
                 max_tokens_per_call=tokens_per_call, kv_shape=meta["kv_shape"], tokenizer=f"tokenizers/{role}",
                 tokenizer_fingerprint=vocabs[role].fingerprint, graphs=graphs, quant=quants[role],
-                executorch_ops=meta_et["executorch_ops"] if "executorch" in formats else [],
+                executorch_ops=meta.get("executorch_ops", []),  # meta: the ExecuTorch export's, when there is one
                 acceptance_head=meta.get("acceptance_head"),
                 draft_head={"tokens": draft_head} if draft_head else None,
             )

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from ..progress import stage
-from .quant_embedding import quantize_embeddings
 from .kv_wrapper import HEAD_INPUTS, BufferKVModel, head_example, runner_meta
+from .quant_embedding import quantize_embeddings
 
 
 def quantize_linears(model, quant: str, group_size: int = 32) -> None:
@@ -48,9 +48,9 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
     target verifying k tokens in one call did not always match k one-token calls (the custom
     SDPA's multi-token path differs by float rounding, which dynamic int8 activations amplify
     into different greedy tokens: 6-9 of 32 prompts per workload group), so quantized graphs keep
-    transformers' static cache and SDPA, which were exact. Through the custom ops
-    (llama_ops.py); the program then needs their kernels at run time (`executorch_ops`), as it
-    needs ExecuTorch's quantized kernels with `embedding_quant` int8 or int4 (quant_embedding.py).
+    transformers' static cache and SDPA, which were exact. A lean program needs the custom ops'
+    kernels at run time (`executorch_ops` ["llama"], llama_ops.py), and one with `embedding_quant`
+    int8 or int4 needs ExecuTorch's quantized kernels (["quantized"], quant_embedding.py).
     """
     path = Path(path)
     lean = quant == "none" if lean is None else lean
