@@ -81,6 +81,20 @@ def test_logits_match_eager(bundle_dir, tiny_checkpoints, backend, role):
     assert_close(runner.forward(ids[30:34], 22, 4), eager.forward(ids[30:34], 22, 4))
 
 
+def test_target_graph_verifies_bit_for_bit(bundle_dir):
+    """The ExecuTorch target graph's k-token call equals k one-token calls exactly (llama_ops.py).
+
+    Past the tiny target's 8-token window, so its sliding layers' masks are exercised too.
+    """
+    runner = open_runner(load_bundle(bundle_dir), "target", "executorch", threads=1)
+    ids = np.random.default_rng(1).integers(5, 40000, size=40)
+    k = MAX_DRAFT + 1
+    runner.forward(ids[:24], 0, 24)
+    several = runner.forward(ids[24:24 + k], 24, k)
+    one_by_one = np.concatenate([runner.forward(ids[24 + i:25 + i], 24 + i, 1) for i in range(k)])
+    np.testing.assert_array_equal(several, one_by_one)
+
+
 def assert_close(got, want):
     """Within 1e-4 of the logit scale (these tiny models have logits of magnitude ~10-50).
 
@@ -251,17 +265,21 @@ def test_quantized_graph_top1_agreement(tmp_path, target_path, target_vocab, fmt
         from omnidraft.runtime.executorch_runner import ExecuTorchRunner
 
         meta = export_executorch(model, tmp_path / "t.pte", 64, 8, quant, embedding_quant=embedding)
-        assert meta["executorch_ops"] == ([] if embedding == "none" else ["quantized"])  # quantized: not lean
+        assert meta["executorch_ops"] == ["llama"] + ([] if embedding == "none" else ["quantized"])
         runner = ExecuTorchRunner(tmp_path / "t.pte", meta)
     got = np.concatenate([runner.forward(ids[i:i + 8], i, len(ids[i:i + 8])) for i in range(0, len(ids), 8)])
     agreement = float((got.argmax(-1) == want.argmax(-1)).mean())
     print(f"{fmt} {quant} top-1 agreement with fp32 eager: {agreement:.3f}")
     assert agreement >= 0.5
     # Greedy exactness on a quantized backend needs each position's logits to be
-    # independent of the other tokens in the call (no per-tensor activation scales).
+    # independent of the other tokens in the call (no per-tensor activation scales); the
+    # ExecuTorch target graph's rows are (llama_ops.py): equal bit for bit, sliding layers too.
     runner.reset()
-    one_by_one = np.concatenate([runner.forward(ids[i:i + 1], i, 1) for i in range(16)])
-    assert_close(got[:16], one_by_one)
+    one_by_one = np.concatenate([runner.forward(ids[i:i + 1], i, 1) for i in range(24)])
+    if fmt == "executorch":
+        np.testing.assert_array_equal(got[:24], one_by_one)
+    else:
+        assert_close(got[:24], one_by_one)
 
 
 @pytest.mark.parametrize("bits", ["int8", "int4"])

@@ -96,7 +96,8 @@ def export_bundle(
                     from .executorch_export import export_executorch
 
                     meta = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call, quants[role],
-                                             head=role == "drafter", embedding_quant=embedding_quant)
+                                             head=role == "drafter", exact_rows=role == "target",
+                                             embedding_quant=embedding_quant)
                     graphs["executorch"] = f"{role}.pte"
             if role == "drafter" and with_training:
                 training = _export_training(load_model(path), path, tmp, vocabs, graphs, contexts[role], tokens_per_call,

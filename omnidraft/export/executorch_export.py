@@ -40,22 +40,19 @@ def quantize_linears(model, quant: str, group_size: int = 32) -> None:
 
 
 def export_executorch(model, path: Path, max_context: int, max_tokens: int, quant: str = "none",
-                      head: bool = False, lean: bool | None = None, embedding_quant: str = "none") -> dict:
+                      head: bool = False, exact_rows: bool = True, embedding_quant: str = "none") -> dict:
     """Write `path` (.pte); with `head`, the graph also computes the acceptance head (kv_wrapper.py).
 
-    `lean` (the default for fp32; quantized graphs are not lean unless asked) writes and reads
-    the KV cache through ExecuTorch's LLM custom ops. Measured on the real pair, a lean 8da8w
-    target verifying k tokens in one call did not always match k one-token calls (the custom
-    SDPA's multi-token path differs by float rounding, which dynamic int8 activations amplify
-    into different greedy tokens: 6-9 of 32 prompts per workload group), so quantized graphs keep
-    transformers' static cache and SDPA, which were exact. A lean program needs the custom ops'
-    kernels at run time (`executorch_ops` ["llama"], llama_ops.py), and one with `embedding_quant`
-    int8 or int4 needs ExecuTorch's quantized kernels (["quantized"], quant_embedding.py).
+    The KV cache is written in place by ExecuTorch's LLM custom ops (llama_ops.py), so the
+    program needs their kernels at run time (`executorch_ops` ["llama"]). `exact_rows` (the
+    target's graph) makes a k-token call equal k one-token calls bit for bit; without it
+    (drafters) attention is ExecuTorch's custom SDPA, faster on long caches. A program with
+    `embedding_quant` int8 or int4 also needs ExecuTorch's quantized kernels (["quantized"],
+    quant_embedding.py).
     """
     path = Path(path)
-    lean = quant == "none" if lean is None else lean
     model.config._attn_implementation = "sdpa"
-    ops = ["llama"] if lean else []
+    ops = ["llama"]
     if embedding_quant != "none":  # first: a tied head keeps the float table, quantized below as a linear
         with stage(f"executorch: {embedding_quant} embedding table for {path.name}"):
             quantize_embeddings(model, embedding_quant)
@@ -72,7 +69,7 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
     if head:
         example += head_example(model)  # an eager call: before the wrapper switches the model's attention
         dynamic.update(dict.fromkeys(HEAD_INPUTS))
-    wrapper = BufferKVModel(model.eval(), max_context, lean=lean).eval()
+    wrapper = BufferKVModel(model.eval(), max_context, exact_rows).eval()
     lower_to_xnnpack(wrapper, example, dynamic, path, strict=True)
     return {**runner_meta(model, max_context, max_tokens, head), "quant": quant, "executorch_ops": ops}
 

@@ -87,39 +87,39 @@ class StaticKVModel(torch.nn.Module):
 
 
 class BufferKVModel(torch.nn.Module):
-    """KV cache as mutable buffers inside the program (ExecuTorch).
+    """KV cache as mutable buffers inside the program (ExecuTorch), written in place (llama_ops.py).
 
-    `lean` (the default) writes and reads the cache through ExecuTorch's LLM custom ops
-    (llama_ops.py, buffers [1, length, kv_heads, dim]); otherwise through transformers'
-    static cache and SDPA (buffers [1, kv_heads, length, dim]), as bundles before version 3.
+    `exact_rows` (targets): attention whose rows do not depend on how many tokens a call
+    carries, so a verification equals one-token calls bit for bit; otherwise (drafters)
+    ExecuTorch's custom SDPA, which reads only the positions written so far.
     """
 
-    def __init__(self, model, max_context: int, lean: bool = True):
+    def __init__(self, model, max_context: int, exact_rows: bool):
         super().__init__()
         self.model = model
         self.max_context = max_context
-        self.lean = lean
         layers, _, heads, length, dim = kv_shape(model.config, max_context)
-        shape = (1, length, heads, dim) if lean else (1, heads, length, dim)
         for i in range(layers):
+            shape = llama_ops.cache_shape(exact_rows, heads, length, dim)
             self.register_buffer(f"k_cache_{i}", torch.zeros(shape), persistent=False)
             self.register_buffer(f"v_cache_{i}", torch.zeros(shape), persistent=False)
         self.n_layers = layers
-        if lean:
-            model.config._attn_implementation = llama_ops.register()
+        self.exact_rows = exact_rows
+        self.window = getattr(model.config.get_text_config(), "sliding_window", None)
+        model.config._attn_implementation = llama_ops.register(exact_rows)
 
     def forward(self, input_ids, position_ids, head_weight=None, head_bias=None):
         keys = [getattr(self, f"k_cache_{i}") for i in range(self.n_layers)]
         values = [getattr(self, f"v_cache_{i}") for i in range(self.n_layers)]
-        if self.lean:
-            start = position_ids[0, 0].item()
-            torch._check_is_size(start)
-            torch._check(start + input_ids.shape[1] <= self.max_context)
-            cache = llama_ops.in_place_cache(keys, values, start)
-            out = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias, cache_start=start)
+        start = position_ids[0, 0].item()
+        torch._check_is_size(start)
+        torch._check(start + input_ids.shape[1] <= self.max_context)
+        cache = llama_ops.in_place_cache(keys, values, start, self.exact_rows)
+        if self.exact_rows:
+            attention = {"row_masks": llama_ops.row_masks(start, input_ids.shape[1], self.max_context, self.window)}
         else:
-            cache = _static_cache(keys, values, position_ids[0, 0], self.max_context)
-            out = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias)
+            attention = {"cache_start": start}
+        out = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias, **attention)
         return out if head_weight is not None else out[0]
 
 

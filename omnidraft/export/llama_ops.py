@@ -1,10 +1,10 @@
-"""The lean ExecuTorch decoding graph: ExecuTorch's LLM custom ops behind transformers' attention.
+"""The lean ExecuTorch decoding graph: an in-place KV cache behind transformers' attention.
 
 Lowered as written, a transformers model with a static cache leaves portable work
-between its XNNPACK partitions at every step: the cache write (`index_put`, `copy_`),
-the causal mask (`where`, `mul`) and, with grouped KV heads, `expand_copy` repeating the
-KV heads over the whole cache. The executorch wheel ships two operators that remove it
-(`executorch.extension.llm.custom_ops`, as ExecuTorch's llama example and
+between its XNNPACK partitions at every step: the cache write (`index_put` and a
+`copy_` of the whole buffer), the causal mask and, with grouped KV heads, `expand_copy`
+repeating the KV heads over the whole cache. The executorch wheel ships the operators
+that remove it (`executorch.extension.llm.custom_ops`, as ExecuTorch's llama example and
 optimum-executorch use them):
 
   - `llama::update_cache(new, cache, start)` writes the new positions in place;
@@ -12,14 +12,24 @@ optimum-executorch use them):
     query head to its KV head by index and, when causal, reads only the first
     `start + n` cache positions.
 
-Both take [batch, seq, heads, dim]; the cache buffers use that layout. The graph
-contract is the plain graph's: tokens and their positions in, the cache written at
-those positions, later positions never read, so a rollback is an overwrite.
+Two attentions, both on a cache that update_cache writes in place:
 
+  - `EXACT_ROWS` (targets): matmuls over the whole cache with a causal (or windowed) mask,
+    grouped query heads folded into rows (no KV head is repeated). Every row's arithmetic
+    is the same however many rows a call has, so verifying k tokens in one call gives
+    bit for bit the logits of k one-token calls, quantized or not. custom_sdpa's
+    multi-token path does not (its rows differ from one-token calls in the last float
+    bits, which dynamic int8 activations amplify into different greedy tokens).
+    Cache buffers [kv_heads, length, 1, dim]: update_cache's [batch, seq, heads, dim]
+    with the KV heads as batch, the same memory as [1, kv_heads, length, dim].
+  - `SDPA` (drafters, whose rounding never changes the output): custom_sdpa, reading
+    only the positions written so far. Cache buffers [1, length, kv_heads, dim].
+
+The graph contract is the plain graph's: tokens and their positions in, the cache
+written at those positions, later positions never read, so a rollback is an overwrite.
 Sliding-window layers (Gemma-3) keep a full-length cache like every other layer (a
-rollback never needs states the window dropped). Where the cache is longer than the
-window they pass an explicit mask (causal and windowed; custom_sdpa then scans the
-whole cache); otherwise the window never binds and the layer is plain causal.
+rollback never needs states the window dropped) and mask by distance where the cache
+is longer than the window.
 """
 
 from __future__ import annotations
@@ -27,59 +37,96 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, StaticLayer
 
-ATTENTION = "omnidraft_llama_ops"
+EXACT_ROWS = "omnidraft_exact_rows"
+SDPA = "omnidraft_custom_sdpa"
 
 
-def register() -> str:
-    """Load the custom ops and register them as a transformers attention implementation; its name."""
+def register(exact_rows: bool) -> str:
+    """Load the custom ops, register both attentions with transformers; the name of the one asked for."""
     from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - registers torch.ops.llama
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    AttentionInterface.register(ATTENTION, _attention)
-    AttentionMaskInterface.register(ATTENTION, _no_mask)  # custom_sdpa masks by position itself
-    return ATTENTION
+    AttentionInterface.register(EXACT_ROWS, _exact_rows_attention)
+    AttentionInterface.register(SDPA, _sdpa_attention)
+    for name in (EXACT_ROWS, SDPA):
+        AttentionMaskInterface.register(name, _no_mask)  # both mask by position themselves
+    return EXACT_ROWS if exact_rows else SDPA
+
+
+def cache_shape(exact_rows: bool, kv_heads: int, length: int, dim: int) -> tuple[int, int, int, int]:
+    return (kv_heads, length, 1, dim) if exact_rows else (1, length, kv_heads, dim)
 
 
 def _no_mask(*args, **kwargs):
     return None
 
 
-def _attention(module, query, key, value, attention_mask, scaling=None, sliding_window=None, dropout=0.0,
-               cache_start=None, **kwargs):
-    """Attention of `query` [1, heads, n, dim] over a layer's whole cache `key`/`value` [1, length, kv_heads, dim]."""
+def _exact_rows_attention(module, query, key, value, attention_mask, scaling=None, sliding_window=None,
+                          dropout=0.0, row_masks=None, **kwargs):
+    """`query` [1, heads, n, dim] over a layer's whole cache `key`/`value` [1, kv_heads, length, dim]."""
+    _, heads, n, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    group = heads // kv_heads  # query head h reads KV head h // group, as transformers' repeat_kv
+    mask = row_masks["window"] if sliding_window and sliding_window < length else row_masks["causal"]
+    q = query.reshape(kv_heads, group * n, dim)
+    scores = torch.matmul(q, key.reshape(kv_heads, length, dim).transpose(1, 2)) * scaling
+    probs = torch.softmax(scores.view(kv_heads, group, n, length) + mask, dim=-1)
+    out = torch.matmul(probs.view(kv_heads, group * n, length), value.reshape(kv_heads, length, dim))
+    return out.view(1, heads, n, dim).transpose(1, 2), None
+
+
+def _sdpa_attention(module, query, key, value, attention_mask, scaling=None, sliding_window=None, dropout=0.0,
+                    cache_start=None, **kwargs):
+    """`query` [1, heads, n, dim] over a layer's whole cache `key`/`value` [1, length, kv_heads, dim]."""
     q = query.transpose(1, 2)
     n, length = q.shape[1], key.shape[1]
     if sliding_window and sliding_window < length:
-        mask = window_mask(cache_start, n, length, sliding_window)
+        mask = additive_mask(cache_start, n, length, sliding_window)
         out = torch.ops.llama.custom_sdpa(q, key, value, cache_start, mask, 0.0, False, scaling)
     else:
         out = torch.ops.llama.custom_sdpa(q, key, value, cache_start, None, 0.0, True, scaling)
     return out, None
 
 
-def window_mask(start, n: int, length: int, window: int) -> torch.Tensor:
-    """[n, length] additive mask: query start+i sees cache position j iff 0 <= start+i-j < window."""
+def additive_mask(start, n: int, length: int, window: int | None = None) -> torch.Tensor:
+    """[n, length]: 0 where query start+i sees cache position j (0 <= start+i-j, and < window), else -inf."""
     query_pos = torch.arange(n).unsqueeze(1) + start
     distance = query_pos - torch.arange(length).unsqueeze(0)
-    visible = (distance >= 0) & (distance < window)
+    visible = distance >= 0
+    if window is not None:
+        visible = visible & (distance < window)
     return torch.where(visible, 0.0, float("-inf"))
 
 
-class _InPlaceLayer(StaticLayer):
-    """One layer's [1, length, kv_heads, dim] cache, written in place at `start` by llama::update_cache."""
+def row_masks(start, n: int, length: int, window: int | None) -> dict:
+    """The masks of an exact-rows call, built once and shared by all layers."""
+    masks = {"causal": additive_mask(start, n, length)}
+    if window and window < length:
+        masks["window"] = additive_mask(start, n, length, window)
+    return masks
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, start):
+
+class _InPlaceLayer(StaticLayer):
+    """One layer's cache, written in place at `start` by llama::update_cache."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, start, exact_rows: bool):
         super().__init__(max_cache_len=keys.shape[1])
-        self.keys, self.values, self.start = keys, values, start
+        self.keys, self.values, self.start, self.exact_rows = keys, values, start, exact_rows
         self.device = keys.device
         self.is_initialized = True
 
     def update(self, key_states, value_states, *args, **kwargs):
-        torch.ops.llama.update_cache(key_states.transpose(1, 2), self.keys, self.start)
-        torch.ops.llama.update_cache(value_states.transpose(1, 2), self.values, self.start)
-        return self.keys, self.values
+        if not self.exact_rows:
+            torch.ops.llama.update_cache(key_states.transpose(1, 2), self.keys, self.start)
+            torch.ops.llama.update_cache(value_states.transpose(1, 2), self.values, self.start)
+            return self.keys, self.values
+        kv_heads, length, _, dim = self.keys.shape
+        n = key_states.shape[2]
+        torch.ops.llama.update_cache(key_states.reshape(kv_heads, n, 1, dim), self.keys, self.start)
+        torch.ops.llama.update_cache(value_states.reshape(kv_heads, n, 1, dim), self.values, self.start)
+        return self.keys.view(1, kv_heads, length, dim), self.values.view(1, kv_heads, length, dim)
 
 
-def in_place_cache(keys: list, values: list, start) -> Cache:
-    return Cache(layers=[_InPlaceLayer(k, v, start) for k, v in zip(keys, values)])
+def in_place_cache(keys: list, values: list, start, exact_rows: bool) -> Cache:
+    return Cache(layers=[_InPlaceLayer(k, v, start, exact_rows) for k, v in zip(keys, values)])

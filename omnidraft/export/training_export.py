@@ -101,7 +101,7 @@ class LoRAInputModel(nn.Module):
 
     def __init__(self, model, max_context: int):
         super().__init__()
-        self.inner = BufferKVModel(model, max_context)
+        self.inner = BufferKVModel(model, max_context, exact_rows=False)
         self.names = [f"model.{n}" for n in lora_parameters(model)]
 
     def forward(self, input_ids, position_ids, head_weight, head_bias, *lora):
