@@ -70,9 +70,10 @@ def _exact_rows_attention(module, query, key, value, attention_mask, scaling=Non
     group = heads // kv_heads  # query head h reads KV head h // group, as transformers' repeat_kv
     mask = row_masks["window"] if sliding_window and sliding_window < length else row_masks["causal"]
     q = query.reshape(kv_heads, group * n, dim)
-    scores = torch.matmul(q, key.reshape(kv_heads, length, dim).transpose(1, 2)) * scaling
-    probs = torch.softmax(scores.view(kv_heads, group, n, length) + mask, dim=-1)
-    out = torch.matmul(probs.view(kv_heads, group * n, length), value.reshape(kv_heads, length, dim))
+    # bmm, not matmul: exported, matmul becomes expand_copy + bmm, a portable copy of the whole cache.
+    scores = torch.bmm(q, key.reshape(kv_heads, length, dim).transpose(1, 2)) * scaling
+    probs = torch.softmax(scores.reshape(kv_heads, group, n, length) + mask, dim=-1)
+    out = torch.bmm(probs.reshape(kv_heads, group * n, length), value.reshape(kv_heads, length, dim))
     return out.view(1, heads, n, dim).transpose(1, 2), None
 
 
