@@ -12,7 +12,7 @@ BUNDLES := $(HOME_DIR)/bundles
 JAVA_BUILD := build/java
 JUNIT_CP := /usr/share/java/junit4.jar:/usr/share/java/hamcrest-core.jar
 
-.PHONY: install prepare demo test test-java golden test-fast test-bundles bundles bench bench-backends bench-peers bench-adapt bench-sampling bench-draft-len bench-suite clean
+.PHONY: install prepare demo test test-java golden test-fast test-bundles test-arm64 bundles bench bench-backends bench-peers bench-adapt bench-sampling bench-draft-len bench-suite clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -53,7 +53,7 @@ test-java: golden
 		-Domnidraft.models=$(HOME_DIR)/models org.omnidraft.core.TestMain
 
 test-fast: install
-	$(BIN)/python -m pytest -q tests -n 2 --dist loadfile -m "not real and not bundles"
+	$(BIN)/python -m pytest -q tests -n 2 --dist loadfile -m "not real and not bundles and not arm64"
 
 # Real-pair exports: 8-10 minutes of XNNPACK lowering per model; built once, reused.
 bundles: prepare
@@ -65,6 +65,13 @@ bundles: prepare
 
 test-bundles: bundles
 	$(BIN)/python -m pytest -q tests -m bundles
+
+# The exported programs on arm64 under qemu user-mode emulation (tools/arm64/env.py builds the
+# environment once, about 4 GB in $(HOME_DIR)/arm64). Real bundles too with
+# OMNIDRAFT_ARM64_BUNDLES=dir1,dir2 (several minutes each).
+test-arm64: prepare
+	$(BIN)/python tools/arm64/env.py build
+	$(BIN)/python -m pytest -q tests/test_arm64.py -m arm64 -s
 
 bench-backends: bundles
 	$(BIN)/python benchmarks/backends.py --out benchmarks/results/backends \
