@@ -50,8 +50,9 @@ Graph signature (ONNX): inputs input_ids [1, n] int64, position_ids [1, n] int64
 past_keys and past_values (kv_shape, float32); outputs logits [1, n, vocab],
 present_keys, present_values (kv_shape). ExecuTorch: inputs input_ids [1, n] and
 position_ids [1, n]; the KV cache is a mutable buffer inside the program (with
-executorch_ops ["llama"], [1, max_context, kv_heads, head_dim] per layer, written by
-llama::update_cache and read by llama::custom_sdpa up to the last position written);
+executorch_ops ["llama"], written in place by llama::update_cache; a target's graph
+computes each row of a k-token call exactly as a one-token call would, bit for bit,
+a drafter's reads it with llama::custom_sdpa; omnidraft/export/llama_ops.py);
 output logits [1, n, vocab]. In both, 1 <= n <= max_tokens_per_call, and positions past
 the last written one are masked, so a rollback is just writing there again.
 A drafter graph with an acceptance head takes two more inputs after the positions
