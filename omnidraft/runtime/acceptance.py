@@ -44,8 +44,8 @@ def head_features(hidden, logits):
 
     h = hidden.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    p = logp.exp()
+    p = torch.softmax(logits.float(), dim=-1)
+    logp = torch.log(p)
     top1 = p.max(-1, keepdim=True).values
     # 0 log 0 = 0: a draft head leaves -inf logits outside its tokens
     entropy = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1, keepdim=True) / math.log(logits.shape[-1])
