@@ -1,0 +1,184 @@
+"""The cost curve at phone-class sizes: target step, verification and drafter cost on ExecuTorch.
+
+    benchmarks/cost_curve.py --out benchmarks/results/cost_curve [--targets gemma-3-270m,qwen2.5-0.5b,...] [--quant 8da4w]
+
+Latency does not depend on the weights' values, so each target is a random-init model
+with the exact shapes of a public checkpoint (layers, widths, heads, grouped KV heads,
+vocabulary, tied head), exported as the bundle exports it: lean graphs, `--quant`
+(default 8da4w) and `--embedding-quant` (default int8), targets with 512 cache positions,
+drafters with 1024 and their acceptance head. Programs are cached in
+$OMNIDRAFT_HOME/cost_curve. Drafters: SmolLM2-135M (real weights) and a 4-layer SmolLM2
+(random init); Gemma-3-270M (real weights) is the reference target. Per model, 2
+threads: .pte size, export time, resident memory added by loading and running it, the
+one-token step S after a 64-token prefill and the verification call V(k), k = 1..8 (medians).
+
+Projection (labelled as such): with per-token acceptance a measured on the real pair and
+c = drafter step / S, the expected speedup of drafting k tokens per round is
+E(k) / (k c + V(k) / S), E(k) = (1 - a^(k+1)) / (1 - a) tokens per round; the table
+gives the best k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import save_results, step_ms  # noqa: E402
+
+# Public configurations (config.json of each checkpoint), reduced to what sets the cost.
+TARGETS = {
+    "gemma-3-270m": None,  # the real checkpoint (build)
+    "qwen2.5-0.5b": ("qwen2", dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                                   num_attention_heads=14, num_key_value_heads=2, rope_theta=1e6, max_position_embeddings=32768,
+                                   rms_norm_eps=1e-6, tie_word_embeddings=True)),
+    "llama-3.2-1b": ("llama", dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                   num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
+                                   max_position_embeddings=131072,
+                                   rms_norm_eps=1e-5, tie_word_embeddings=True,
+                                   rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
+    "qwen2.5-1.5b": ("qwen2", dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                                   num_attention_heads=12, num_key_value_heads=2, rope_theta=1e6, max_position_embeddings=32768,
+                                   rms_norm_eps=1e-6, tie_word_embeddings=True)),
+}
+# Acceptance per drafted token with the adaptive draft length, measured on the real pair
+# (benchmarks/README.md: the full drafter 0.65-0.68 in the suite, the 4-layer drafter 0.21).
+ACCEPTANCE = {"smollm2-135m": 0.65, "smollm2-4l": 0.21}
+K_MAX = 8
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def build(name: str):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, resolve_model_path
+
+    torch.manual_seed(0)
+    if name == "gemma-3-270m":  # the real pair's target, for reference
+        return load_model(resolve_model_path(None, DEFAULT_TARGET))
+    if name in TARGETS:
+        kind, fields = TARGETS[name]
+        config = AutoConfig.for_model(kind, **fields)
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model = load_model(resolve_model_path(None, DEFAULT_DRAFTER))
+    if name == "smollm2-4l":
+        config = copy.deepcopy(model.config)
+        config.num_hidden_layers = 4
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    return model
+
+
+def export(name: str, cache: Path, quant: str, embedding: str) -> Path:
+    """The model's program, exported once into `cache` (its meta, export time and size beside it)."""
+    from omnidraft.export.executorch_export import export_executorch
+
+    path = cache / f"{name}-{quant}-{embedding}.pte"
+    meta_path = path.with_suffix(".json")
+    if not meta_path.exists():
+        model = build(name)
+        params = sum(p.numel() for p in model.parameters())
+        start = time.perf_counter()
+        drafter = name in ACCEPTANCE  # as a bundle exports them: drafters with the acceptance head, custom SDPA
+        meta = export_executorch(model, path, max_context=1024 if drafter else 512, max_tokens=16, quant=quant,
+                                 head=drafter, exact_rows=not drafter, embedding_quant=embedding)
+        meta.update(export_s=time.perf_counter() - start, params=params)
+        meta_path.write_text(json.dumps(meta))
+        del model
+    return path
+
+
+def measure(name: str, cache: Path, quant: str, embedding: str, threads: int) -> dict:
+    from omnidraft.runtime.executorch_runner import ExecuTorchRunner
+
+    path = export(name, cache, quant, embedding)
+    meta = json.loads(path.with_suffix(".json").read_text())
+    torch.set_num_threads(threads)
+    before = rss_mb()
+    runner = ExecuTorchRunner(path, meta, name=name)
+    prefix = np.arange(1000, 1064)
+    verify = {k: step_ms(runner, prefix, k, reps=9) for k in range(1, K_MAX + 1)}
+    return {"name": name, "params": meta["params"], "pte_mb": path.stat().st_size / 2**20,
+            "export_s": meta["export_s"], "rss_mb": rss_mb() - before, "step_ms": verify[1], "verify_ms": verify}
+
+
+def projection(a: float, c: float, verify: dict, step: float) -> tuple[float, int]:
+    best = max(((1 - a ** (k + 1)) / (1 - a) / (k * c + verify[k] / step), k) for k in range(1, K_MAX + 1))
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--targets", default="gemma-3-270m,qwen2.5-0.5b,llama-3.2-1b", help=f"comma-separated, of {', '.join(TARGETS)}")
+    ap.add_argument("--quant", default="8da4w", choices=("none", "8da4w", "8da8w"))
+    ap.add_argument("--embedding-quant", default="int8", choices=("none", "int8", "int4"))
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    from omnidraft.models import omnidraft_home
+    from omnidraft.progress import stage
+
+    targets = [t for t in args.targets.split(",") if t]
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown:
+        print(f"error: unknown target shape(s) {', '.join(unknown)} (choose from {', '.join(TARGETS)})", file=sys.stderr)
+        return 2
+    cache = omnidraft_home() / "cost_curve"
+    cache.mkdir(parents=True, exist_ok=True)
+    rows = []
+    names = [*ACCEPTANCE, *targets]
+    for name in names:  # all exports first, then all timings (nothing else running meanwhile)
+        with stage(f"cost_curve: {name} program ({args.quant}, {args.embedding_quant} embeddings)"):
+            export(name, cache, args.quant, args.embedding_quant)
+    for name in names:
+        with stage(f"cost_curve: timing {name}"):
+            rows.append(measure(name, cache, args.quant, args.embedding_quant, args.threads))
+    drafters = {r["name"]: r for r in rows if r["name"] in ACCEPTANCE}
+    pairs = []
+    for t in (r for r in rows if r["name"] in TARGETS):
+        for d in drafters.values():
+            c = d["step_ms"] / t["step_ms"]
+            speed, k = projection(ACCEPTANCE[d["name"]], c, t["verify_ms"], t["step_ms"])
+            pairs.append({"target": t["name"], "drafter": d["name"], "c": c, "acceptance": ACCEPTANCE[d["name"]],
+                          "best_k": k, "projected_speedup": speed})
+    result = {"command": " ".join(["benchmarks/cost_curve.py", *sys.argv[1:]]), "threads": args.threads,
+              "quant": args.quant, "embedding_quant": args.embedding_quant, "date": time.strftime("%Y-%m-%d"), "models": rows, "pairs": pairs}
+    save_results(args.out, result, render)
+    return 0
+
+
+def render(r: dict) -> str:
+    lines = [f"ExecuTorch ({r['quant']}, {r['embedding_quant']} embedding tables, lean graphs, XNNPACK), {r['threads']} threads, {r['date']}; random-init models with "
+             f"the exact shapes of the named checkpoints (SmolLM2-135M: real weights); medians in ms after a 64-token "
+             f"prefill. Command: `{r['command']}`.", "",
+             "| model | parameters | .pte MB | export s | memory MB | step S | " +
+             " | ".join(f"V({k})" for k in range(1, K_MAX + 1)) + " |",
+             "|---|---|---|---|---|---|" + "---|" * K_MAX]
+    for m in r["models"]:
+        lines.append(f"| {m['name']} | {m['params'] / 1e6:.0f}M | {m['pte_mb']:.0f} | {m['export_s']:.0f} | "
+                     f"{m['rss_mb']:.0f} | {m['step_ms']:.1f} | " +
+                     " | ".join(f"{m['verify_ms'][k]:.1f}" for k in range(1, K_MAX + 1)) + " |")
+    lines += ["", "Projection (not a measurement): expected speedup = E(k) / (k c + V(k)/S), E(k) = (1 - a^(k+1)) / (1 - a), "
+              "best k; a = acceptance measured on the real pair (Gemma-3-270M target).", "",
+              "| target | drafter | c | a | best k | projected speedup |", "|---|---|---|---|---|---|"]
+    for p in r["pairs"]:
+        lines.append(f"| {p['target']} | {p['drafter']} | {p['c']:.3f} | {p['acceptance']:.2f} | {p['best_k']} | "
+                     f"{p['projected_speedup']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
