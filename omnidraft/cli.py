@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     dh.set_defaults(run=cmd_draft_head)
 
     prep = sub.add_parser("prepare", help="convert the default models into $OMNIDRAFT_HOME (one time)")
+    prep.add_argument("--tokenizers", action="store_true",
+                      help="also the GPT-2, Llama-3, Qwen2 and Phi-3 tokenizers (tests, bridge report; 77 MB download)")
     prep.set_defaults(run=cmd_prepare)
     return parser
 
@@ -188,6 +190,11 @@ def cmd_prepare(args) -> int:
     for model in (DEFAULT_TARGET, DEFAULT_DRAFTER):
         path = prepare_default_model(model)
         print(f"{model.role}: {model.name} ready at {path}")
+    if args.tokenizers:
+        from .tokenizer_families import prepare_families
+
+        for family, path in prepare_families().items():
+            print(f"tokenizer: {family} ready at {path}")
     return 0
 
 
