@@ -50,7 +50,7 @@ test-java: golden
 		$$(find android_demo/core/src/main android_demo/executorch-stubs -name '*.java') \
 		$$(find android_demo/app/src/main/java -name "*.java")
 	java -Xmx1500m -cp $(JAVA_BUILD)/classes:$(JUNIT_CP) -Domnidraft.golden=$(JAVA_BUILD)/golden \
-		-Domnidraft.models=$(HOME_DIR)/models org.omnidraft.core.TestMain
+		-Domnidraft.models=$(HOME_DIR)/models -Domnidraft.tokenizers=$(HOME_DIR)/tokenizers org.omnidraft.core.TestMain
 
 test-fast: install
 	$(BIN)/python -m pytest -q tests -n 2 --dist loadfile -m "not real and not bundles and not arm64"

@@ -8,8 +8,10 @@ operations and what each returned), DIR/bridge.json (draft runs of the real
 pair turned into target proposals through a learned cache) and DIR/verify.json
 (greedy and sampling decisions from given logits and given uniform draws),
 DIR/training.json (a LoRA training example and its padded window) and
-DIR/lookup.json (lookup's history index, continuations, scorer and prefix choice). The
-Java side must match every value exactly.
+DIR/lookup.json (lookup's history index, continuations, scorer and prefix choice) and
+DIR/families.json (the GPT-2, Llama-3, Qwen2 and Phi-3 tokenizers and their bridge from the
+default drafter, prepared on first use: tokenizer_families.py). The Java side must match
+every value exactly.
 """
 
 from __future__ import annotations
@@ -59,17 +61,30 @@ class Uniforms:
 
 
 def tokenizer_vectors(vocabs: dict) -> dict:
+    return {role: vocab_vectors(v) for role, v in vocabs.items()}
+
+
+def vocab_vectors(v: Vocab, texts: list[str] = TEXTS) -> dict:
+    cases = []
+    for text in texts:
+        ids = v.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+        cases.append({"text": text, "ids": ids, "bytes_hex": v.decode_bytes(ids).hex(),
+                      "spelled": v.encode_bytes(text.encode("utf-8"), lenient=True)})
+    for data in INVALID_BYTES:
+        cases.append({"bytes_in_hex": data.hex(), "spelled": v.encode_bytes(data, lenient=True)})
+    return {"fingerprint": v.fingerprint, "size": len(v), "cases": cases, "byte_tokens": list(v.byte_tokens)}
+
+
+def family_vectors(drafter: Vocab) -> dict:
+    """Per tokenizer family (tokenizer_families.py): its tokenizer vectors on TEXTS and llama.cpp's
+    test texts, and the bridge from the default drafter (bridge_vectors with that family as target)."""
+    from .tokenizer_families import ground_truth, prepare_families
+
     out = {}
-    for role, v in vocabs.items():
-        cases = []
-        for text in TEXTS:
-            ids = v.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
-            cases.append({"text": text, "ids": ids, "bytes_hex": v.decode_bytes(ids).hex(),
-                          "spelled": v.encode_bytes(text.encode("utf-8"), lenient=True)})
-        for data in INVALID_BYTES:
-            cases.append({"bytes_in_hex": data.hex(), "spelled": v.encode_bytes(data, lenient=True)})
-        out[role] = {"fingerprint": v.fingerprint, "size": len(v), "cases": cases,
-                     "byte_tokens": list(v.byte_tokens)}
+    for family, path in prepare_families().items():
+        v = Vocab.from_tokenizer(load_tokenizer(path))
+        out[family] = {"tokenizer": vocab_vectors(v, TEXTS + [t for t, _ in ground_truth(path)]),
+                       "bridge": bridge_vectors({"drafter": drafter, "target": v})}
     return out
 
 
@@ -229,7 +244,8 @@ def write_all(out: Path) -> None:
     rng = np.random.default_rng(0)
     files = {"tokenizers.json": tokenizer_vectors(vocabs), "ngram_cache.json": cache_vectors(rng),
              "bridge.json": bridge_vectors(vocabs), "verify.json": verify_vectors(rng),
-             "training.json": training_vectors(vocabs), "lookup.json": lookup_vectors(vocabs)}
+             "training.json": training_vectors(vocabs), "lookup.json": lookup_vectors(vocabs),
+             "families.json": family_vectors(vocabs["drafter"])}
     for name, data in files.items():
         write_bytes_atomic(Path(out) / name, json.dumps(data, ensure_ascii=False).encode("utf-8"))
 

@@ -16,9 +16,10 @@ import java.util.regex.Pattern;
 /**
  * A Hugging Face tokenizer.json (BPE) seen as bytes, as omnidraft/runtime/vocab.py sees it.
  *
- * Two families: byte-level BPE (SmolLM2: GPT-2 regex pre-tokenizer, every character of a
- * token stands for one byte) and SentencePiece-style BPE (Gemma: spaces become "▁", no
- * pre-tokenizer, "<0xAB>" byte-fallback tokens). Every id spells a byte string
+ * Two kinds: byte-level BPE (SmolLM2 and GPT-2: GPT-2's regex pre-tokenizer; Llama-3 and
+ * Qwen2: their own split regex; every character of a token stands for one byte) and
+ * SentencePiece-style BPE (Gemma: spaces become "▁", no pre-tokenizer, "<0xAB>"
+ * byte-fallback tokens; Phi-3: the same with a "▁" prepended to the text). Every id spells a byte string
  * ({@link #tokenBytes}); {@link #encode} matches the Python tokenizer with special tokens
  * treated as plain text (split_special_tokens=True), and {@link #encodeBytes} spells any
  * bytes, cut UTF-8 included, like Vocab.encode_bytes.
@@ -40,8 +41,7 @@ public final class Tokenizer {
     private final Map<String, Integer> mergeRank = new HashMap<>();
     private final List<String> addedText = new ArrayList<>(); // non-special added tokens: matched as units
     private final Map<String, Integer> addedIds = new HashMap<>();
-    private final String normalizeFrom;
-    private final String normalizeTo;
+    private final List<String[]> normalizers = new ArrayList<>(); // {kind, a, b}, applied in order
     private final Pattern pretokenizer;
     private final char[] byteToChar = new char[256];
 
@@ -54,7 +54,7 @@ public final class Tokenizer {
         if (!"BPE".equals(model.get("type"))) throw new IllegalArgumentException("only BPE tokenizers are supported");
         bpeByteFallback = Boolean.TRUE.equals(model.get("byte_fallback"));
         List<Map<String, Object>> decoders = new ArrayList<>();
-        flatten(spec.get("decoder"), decoders);
+        flatten(spec.get("decoder"), "decoders", decoders);
         boolean bl = false, fallbackDecoder = false;
         List<String[]> replacements = new ArrayList<>();
         for (Map<String, Object> d : decoders) {
@@ -143,20 +143,34 @@ public final class Tokenizer {
             }
             mergeRank.putIfAbsent(key(a, b), rank++);
         }
-        String from = null, to = null;
-        Object norm = spec.get("normalizer");
-        if (norm != null) {
-            Map<String, Object> n = Json.object(norm);
-            if ("Replace".equals(n.get("type"))) {
-                from = (String) Json.object(n.get("pattern")).get("String");
-                to = (String) n.get("content");
+        List<Map<String, Object>> norms = new ArrayList<>();
+        flatten(spec.get("normalizer"), "normalizers", norms);
+        for (Map<String, Object> n : norms) {
+            String type = (String) n.get("type");
+            if (type.equals("Replace") && Json.object(n.get("pattern")).containsKey("String")) {
+                normalizers.add(new String[] {"replace", (String) Json.object(n.get("pattern")).get("String"), (String) n.get("content")});
+            } else if (type.equals("Prepend")) {
+                normalizers.add(new String[] {"prepend", (String) n.get("prepend"), null});
+            } else if (type.equals("NFC")) {
+                normalizers.add(new String[] {"nfc", null, null});
             } else {
-                throw new IllegalArgumentException("unsupported normalizer " + n.get("type"));
+                throw new IllegalArgumentException("unsupported normalizer " + type);
             }
         }
-        normalizeFrom = from;
-        normalizeTo = to;
-        pretokenizer = byteLevel ? Pattern.compile(GPT2_PATTERN, Pattern.UNICODE_CHARACTER_CLASS) : null;
+        Pattern pre = null;
+        List<Map<String, Object>> pres = new ArrayList<>();
+        flatten(spec.get("pre_tokenizer"), "pretokenizers", pres);
+        for (Map<String, Object> p : pres) {
+            String type = (String) p.get("type");
+            Map<String, Object> pattern = p.containsKey("pattern") ? Json.object(p.get("pattern")) : Map.of();
+            if (type.equals("Split") && pattern.containsKey("Regex")) {
+                if (!"Isolated".equals(p.get("behavior"))) throw new IllegalArgumentException("unsupported split " + p.get("behavior"));
+                pre = Pattern.compile((String) pattern.get("Regex"), Pattern.UNICODE_CHARACTER_CLASS);
+            } else if (type.equals("ByteLevel") && !Boolean.FALSE.equals(p.get("use_regex"))) {
+                pre = Pattern.compile(GPT2_PATTERN, Pattern.UNICODE_CHARACTER_CLASS);
+            }
+        }
+        pretokenizer = pre;
         addedText.sort((x, y) -> y.length() - x.length()); // longest first at a given position
     }
 
@@ -196,18 +210,33 @@ public final class Tokenizer {
 
     private void encodeSegment(String text, List<Integer> out) {
         if (text.isEmpty()) return;
-        if (normalizeFrom != null) text = text.replace(normalizeFrom, normalizeTo);
+        for (String[] n : normalizers) {
+            if (n[0].equals("replace")) text = text.replace(n[1], n[2]);
+            else if (n[0].equals("prepend")) text = n[1] + text;
+            else text = java.text.Normalizer.normalize(text, java.text.Normalizer.Form.NFC);
+        }
         if (pretokenizer == null) {
             bpe(text, out);
             return;
         }
         Matcher m = pretokenizer.matcher(text);
-        while (m.find()) {
-            byte[] bytes = m.group().getBytes(StandardCharsets.UTF_8);
-            StringBuilder b = new StringBuilder();
-            for (byte x : bytes) b.append(byteToChar[x & 0xff]);
-            bpe(b.toString(), out);
+        int end = 0;
+        while (m.find()) { // the matches and the text between them (Split "Isolated")
+            if (m.start() > end) piece(text.substring(end, m.start()), out);
+            if (m.end() > m.start()) piece(m.group(), out);
+            end = m.end();
         }
+        if (end < text.length()) piece(text.substring(end), out);
+    }
+
+    private void piece(String text, List<Integer> out) {
+        if (!byteLevel) {
+            bpe(text, out);
+            return;
+        }
+        StringBuilder b = new StringBuilder();
+        for (byte x : text.getBytes(StandardCharsets.UTF_8)) b.append(byteToChar[x & 0xff]);
+        bpe(b.toString(), out);
     }
 
     /** Byte-pair merges, lowest rank first (leftmost on ties), as the tokenizers library does. */
@@ -284,11 +313,12 @@ public final class Tokenizer {
         return a.length() + ":" + a + b;
     }
 
-    private static void flatten(Object spec, List<Map<String, Object>> out) {
+    /** A decoder, normalizer or pre-tokenizer spec as a flat list (a Sequence lists its parts under `key`). */
+    private static void flatten(Object spec, String key, List<Map<String, Object>> out) {
         if (spec == null) return;
         Map<String, Object> d = Json.object(spec);
         if ("Sequence".equals(d.get("type"))) {
-            for (Object sub : Json.array(d.get("decoders"))) flatten(sub, out);
+            for (Object sub : Json.array(d.get(key))) flatten(sub, key, out);
         } else {
             out.add(d);
         }

@@ -37,16 +37,19 @@ public class BridgeTest {
 
     @Test
     public void proposalsOfTheRealPairMatch() throws Exception {
-        Map<String, Object> g = Golden.load("bridge.json");
-        VocabBridge bridge = new VocabBridge(Golden.drafter(), Golden.target());
+        List<Object> targetCases = Json.array(Json.object(Golden.load("tokenizers.json").get("target")).get("cases"));
+        check(Golden.load("bridge.json"), targetCases, Golden.drafter(), Golden.target());
+    }
+
+    /** A bridge against its golden vectors; the cache learns the target spellings of the first 6 cases. */
+    static void check(Map<String, Object> g, List<Object> targetCases, Tokenizer drafter, Tokenizer target) {
+        VocabBridge bridge = new VocabBridge(drafter, target);
         assertEquals(((Number) g.get("intersection")).intValue(), bridge.intersectionSize());
         for (Object o : Json.array(g.get("direct_sample"))) {
             List<Integer> pair = Golden.ints(o);
             assertEquals((int) pair.get(1), bridge.draftToTarget[pair.get(0)]);
         }
         NGramCache cache = new NGramCache(20000, 8);
-        Map<String, Object> tokenizers = Golden.load("tokenizers.json");
-        List<Object> targetCases = Json.array(Json.object(tokenizers.get("target")).get("cases"));
         for (int i = 0; i < 6; i++) bridge.learn(cache, Golden.ints(Json.object(targetCases.get(i)).get("spelled")));
         assertEquals(asLists(Json.array(g.get("cache"))), items(cache));
         // the same cache as the Python runtime saves it (what a bundle ships as ngram_cache.json)

@@ -9,7 +9,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 
-/** Where the tests find the golden vectors (-Domnidraft.golden) and the real tokenizers (-Domnidraft.models). */
+/** Where the tests find the golden vectors (-Domnidraft.golden) and the real tokenizers (-Domnidraft.models, -Domnidraft.tokenizers). */
 final class Golden {
     private static Tokenizer drafter, target;
 
@@ -26,6 +26,12 @@ final class Golden {
     static synchronized Tokenizer target() throws IOException {
         if (target == null) target = Tokenizer.load(models().resolve("gemma-3-270m/tokenizer.json"));
         return target;
+    }
+
+    /** A tokenizer family's tokenizer (omnidraft prepare --tokenizers; -Domnidraft.tokenizers). */
+    static Tokenizer family(String name) throws IOException {
+        Path dir = Paths.get(System.getProperty("omnidraft.tokenizers", System.getProperty("user.home") + "/.cache/omnidraft/tokenizers"));
+        return Tokenizer.load(dir.resolve(name).resolve("tokenizer.json"));
     }
 
     private static Path models() {

@@ -7,7 +7,7 @@ import org.junit.runner.notification.Failure;
 /** Runs every test class and prints one line: "N passed, N failed". */
 public final class TestMain {
     public static void main(String[] args) {
-        Result r = JUnitCore.runClasses(TokenizerTest.class, BridgeTest.class, VerifyTest.class, LoopTest.class,
+        Result r = JUnitCore.runClasses(TokenizerTest.class, BridgeTest.class, FamiliesTest.class, VerifyTest.class, LoopTest.class,
                 TrainingExampleTest.class, LookupTest.class);
         for (Failure f : r.getFailures()) System.err.println("FAILED " + f.getTestHeader() + ": " + f.getMessage());
         int failed = r.getFailureCount();

@@ -10,7 +10,11 @@ import org.junit.Test;
 /** Both real tokenizers against the Python reference: identity, encode, byte spellings. */
 public class TokenizerTest {
     private void check(String role, Tokenizer tok) throws Exception {
-        Map<String, Object> g = Json.object(Golden.load("tokenizers.json").get(role));
+        check(role, Json.object(Golden.load("tokenizers.json").get(role)), tok);
+    }
+
+    /** One tokenizer against its golden vectors (tokenizers.json per role, families.json per family). */
+    static void check(String role, Map<String, Object> g, Tokenizer tok) {
         assertEquals(role + " fingerprint", g.get("fingerprint"), tok.fingerprint);
         assertEquals(((Number) g.get("size")).intValue(), tok.size());
         List<Integer> byteTokens = Golden.ints(g.get("byte_tokens"));
