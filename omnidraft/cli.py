@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     prep = sub.add_parser("prepare", help="convert the default models into $OMNIDRAFT_HOME (one time)")
     prep.add_argument("--tokenizers", action="store_true",
-                      help="also the GPT-2, Llama-3, Qwen2 and Phi-3 tokenizers (tests, bridge report; 77 MB download)")
+                      help="also the GPT-2, Llama-3, Qwen2, Phi-3 and cl100k tokenizers (tests, bridge report; 78 MB download)")
     prep.set_defaults(run=cmd_prepare)
     return parser
 

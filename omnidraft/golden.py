@@ -9,7 +9,7 @@ pair turned into target proposals through a learned cache) and DIR/verify.json
 (greedy and sampling decisions from given logits and given uniform draws),
 DIR/training.json (a LoRA training example and its padded window) and
 DIR/lookup.json (lookup's history index, continuations, scorer and prefix choice) and
-DIR/families.json (the GPT-2, Llama-3, Qwen2 and Phi-3 tokenizers and their bridge from the
+DIR/families.json (the GPT-2, Llama-3, Qwen2, Phi-3 and cl100k tokenizers and their bridge from the
 default drafter, prepared on first use: tokenizer_families.py). The Java side must match
 every value exactly.
 """

