@@ -40,7 +40,8 @@ def save_results(out: Path, result: dict, render) -> None:
 
 
 def ceiling(alpha: float, k: float, c: float) -> float:
-    """Analytic speedup bound (method.md): per-token acceptance alpha, k drafts per round, cost ratio c."""
+    """Analytic speedup bound: expected tokens per round, (1 - alpha^(k+1)) / (1 - alpha), over the round's
+    cost in target steps, k c + 1 (per-token acceptance alpha, k drafts per round, cost ratio c)."""
     if alpha >= 1:
         return (k + 1) / (k * c + 1)
     return (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))

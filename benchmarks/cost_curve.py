@@ -127,7 +127,11 @@ def main() -> int:
     ap.add_argument("--quant", default="8da4w", choices=("none", "8da4w", "8da8w"))
     ap.add_argument("--embedding-quant", default="int8", choices=("none", "int8", "int4"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--plot-only", action="store_true", help="redraw plot.png from --out's results.json")
     args = ap.parse_args()
+    if args.plot_only:
+        plot(json.loads((args.out / "results.json").read_text()), args.out / "plot.png")
+        return 0
     from omnidraft.models import omnidraft_home
     from omnidraft.progress import stage
 
@@ -157,7 +161,39 @@ def main() -> int:
     result = {"command": " ".join(["benchmarks/cost_curve.py", *sys.argv[1:]]), "threads": args.threads,
               "quant": args.quant, "embedding_quant": args.embedding_quant, "date": time.strftime("%Y-%m-%d"), "models": rows, "pairs": pairs}
     save_results(args.out, result, render)
+    plot(result, args.out / "plot.png")
     return 0
+
+
+def plot(r: dict, path: Path) -> None:
+    """Projected speedup against the cost ratio c, per target and acceptance; measured c marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cs = np.geomspace(0.005, 1.5, 200)
+    targets = [m for m in r["models"] if m["name"] in TARGETS]
+    fig, axes = plt.subplots(1, len(ACCEPTANCE), figsize=(6 * len(ACCEPTANCE), 4.5), sharey=True, squeeze=False)
+    for ax, (drafter, a) in zip(axes[0], ACCEPTANCE.items()):
+        for i, t in enumerate(targets):
+            verify = {int(k): v for k, v in t["verify_ms"].items()}
+            line, = ax.plot(cs, [projection(a, c, verify, t["step_ms"])[0] for c in cs], label=t["name"], color=f"C{i}")
+            for p in r["pairs"]:
+                if p["target"] == t["name"]:
+                    ax.plot(p["c"], projection(a, p["c"], verify, t["step_ms"])[0], "o" if p["drafter"] == drafter else "x",
+                            color=line.get_color())
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel("cost ratio c = drafter step / target step")
+        ax.set_title(f"acceptance a = {a} ({drafter}'s, measured on the real pair)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("projected speedup (not measured)")
+    axes[0][0].legend(title="target (o: this drafter's measured c, x: the other's)", fontsize=8)
+    fig.suptitle(f"Projection E(k)/(k c + V(k)/S), best k, from measured S and V(k); ExecuTorch {r['quant']}, {r['threads']} threads")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def render(r: dict) -> str:
