@@ -10,12 +10,13 @@ drafters with 1024 and their acceptance head. Programs are cached in
 $OMNIDRAFT_HOME/cost_curve. Drafters: SmolLM2-135M (real weights) and a 4-layer SmolLM2
 (random init); Gemma-3-270M (real weights) is the reference target. Per model, 2
 threads: .pte size, export time, resident memory added by loading and running it, the
-one-token step S after a 64-token prefill and the verification call V(k), k = 1..8 (medians).
+one-token step S after a 64-token prefill and the verification call V(k), k = 1..8 (medians;
+all programs timed side by side, round-robin, in one process), memory in a fresh process.
 
 Projection (labelled as such): with per-token acceptance a measured on the real pair and
 c = drafter step / S, the expected speedup of drafting k tokens per round is
-E(k) / (k c + V(k) / S), E(k) = (1 - a^(k+1)) / (1 - a) tokens per round; the table
-gives the best k.
+E(k) / (k c + V(k+1) / S), E(k) = (1 - a^(k+1)) / (1 - a) tokens per round (the
+verification call carries the pending token and the k drafts); the table gives the best k.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import save_results, step_ms  # noqa: E402
+from common import save_results  # noqa: E402
 
 # Public configurations (config.json of each checkpoint), reduced to what sets the cost.
 TARGETS = {
@@ -101,23 +102,70 @@ def export(name: str, cache: Path, quant: str, embedding: str) -> Path:
     return path
 
 
-def measure(name: str, cache: Path, quant: str, embedding: str, threads: int) -> dict:
+def time_programs(programs: dict[str, tuple[Path, dict]], threads: int, reps: int) -> dict[str, dict[int, float]]:
+    """Median ms of a k-token call after a 64-token prefill, k = 1..K_MAX, per program.
+
+    All programs are loaded in this process and timed round-robin (every repetition calls
+    every program at every k), so a slow phase of the machine weighs on all alike and the
+    ratios (c, V(k)/S) compare calls made side by side.
+    """
     from omnidraft.runtime.executorch_runner import ExecuTorchRunner
 
-    path = export(name, cache, quant, embedding)
-    meta = json.loads(path.with_suffix(".json").read_text())
     torch.set_num_threads(threads)
-    before = rss_mb()
-    runner = ExecuTorchRunner(path, meta, name=name)
     prefix = np.arange(1000, 1064)
-    verify = {k: step_ms(runner, prefix, k, reps=9) for k in range(1, K_MAX + 1)}
-    return {"name": name, "params": meta["params"], "pte_mb": path.stat().st_size / 2**20,
-            "export_s": meta["export_s"], "rss_mb": rss_mb() - before, "step_ms": verify[1], "verify_ms": verify}
+    runners = {name: ExecuTorchRunner(path, meta, name=name) for name, (path, meta) in programs.items()}
+    for r in runners.values():
+        r.forward(prefix, 0)
+    times = {name: {k: [] for k in range(1, K_MAX + 1)} for name in runners}
+    for _ in range(reps):
+        for name, r in runners.items():
+            for k in range(1, K_MAX + 1):
+                r.rollback(len(prefix))
+                start = time.perf_counter()
+                r.forward(prefix[:k], len(prefix), k)
+                times[name][k].append((time.perf_counter() - start) * 1000)
+    return {name: {k: statistics.median(v) for k, v in ks.items()} for name, ks in times.items()}
+
+
+def memory_mb(path: Path, meta: dict, threads: int) -> float:
+    """Resident memory that loading the program and a 64-token prefill add, in a fresh process."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_memory_of, str(path), meta, threads).result()
+
+
+def _memory_of(path: str, meta: dict, threads: int) -> float:
+    from omnidraft.runtime.executorch_runner import ExecuTorchRunner, load_custom_ops
+
+    torch.set_num_threads(threads)
+    load_custom_ops(meta["executorch_ops"])
+    before = rss_mb()
+    runner = ExecuTorchRunner(path, meta)
+    runner.forward(np.arange(1000, 1064), 0)
+    runner.forward(np.arange(1000, 1000 + K_MAX), 64, K_MAX)
+    return rss_mb() - before
 
 
 def projection(a: float, c: float, verify: dict, step: float) -> tuple[float, int]:
-    best = max(((1 - a ** (k + 1)) / (1 - a) / (k * c + verify[k] / step), k) for k in range(1, K_MAX + 1))
-    return best
+    """(expected speedup, k) at the best draft length k: a round drafts k tokens (k c target steps) and
+    verifies k + 1 (the pending token and the drafts: V(k+1)); 1.0 and k = 0 when no k pays."""
+    best = max(((1 - a ** (k + 1)) / (1 - a) / (k * c + verify[k + 1] / step), k) for k in range(1, K_MAX))
+    return max(best, (1.0, 0))
+
+
+def pairs_of(rows: list[dict]) -> list[dict]:
+    drafters = [r for r in rows if r["name"] in ACCEPTANCE]
+    pairs = []
+    for t in (r for r in rows if r["name"] in TARGETS):
+        verify = {int(k): v for k, v in t["verify_ms"].items()}
+        for d in drafters:
+            c = d["step_ms"] / t["step_ms"]
+            speed, k = projection(ACCEPTANCE[d["name"]], c, verify, t["step_ms"])
+            pairs.append({"target": t["name"], "drafter": d["name"], "c": c, "acceptance": ACCEPTANCE[d["name"]],
+                          "best_k": k, "projected_speedup": speed})
+    return pairs
 
 
 def main() -> int:
@@ -127,10 +175,15 @@ def main() -> int:
     ap.add_argument("--quant", default="8da4w", choices=("none", "8da4w", "8da8w"))
     ap.add_argument("--embedding-quant", default="int8", choices=("none", "int8", "int4"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--plot-only", action="store_true", help="redraw plot.png from --out's results.json")
+    ap.add_argument("--reps", type=int, default=40, help="timed rounds (median per program and k)")
+    ap.add_argument("--render-only", action="store_true",
+                    help="recompute the projection, table and plot from --out's results.json")
     args = ap.parse_args()
-    if args.plot_only:
-        plot(json.loads((args.out / "results.json").read_text()), args.out / "plot.png")
+    if args.render_only:
+        result = json.loads((args.out / "results.json").read_text())
+        result["pairs"] = pairs_of(result["models"])
+        save_results(args.out, result, render)
+        plot(result, args.out / "plot.png")
         return 0
     from omnidraft.models import omnidraft_home
     from omnidraft.progress import stage
@@ -142,24 +195,23 @@ def main() -> int:
         return 2
     cache = omnidraft_home() / "cost_curve"
     cache.mkdir(parents=True, exist_ok=True)
-    rows = []
-    names = [*ACCEPTANCE, *targets]
-    for name in names:  # all exports first, then all timings (nothing else running meanwhile)
+    programs = {}
+    for name in [*ACCEPTANCE, *targets]:  # all exports first, then all timings (nothing else running meanwhile)
         with stage(f"cost_curve: {name} program ({args.quant}, {args.embedding_quant} embeddings)"):
-            export(name, cache, args.quant, args.embedding_quant)
-    for name in names:
-        with stage(f"cost_curve: timing {name}"):
-            rows.append(measure(name, cache, args.quant, args.embedding_quant, args.threads))
-    drafters = {r["name"]: r for r in rows if r["name"] in ACCEPTANCE}
-    pairs = []
-    for t in (r for r in rows if r["name"] in TARGETS):
-        for d in drafters.values():
-            c = d["step_ms"] / t["step_ms"]
-            speed, k = projection(ACCEPTANCE[d["name"]], c, t["verify_ms"], t["step_ms"])
-            pairs.append({"target": t["name"], "drafter": d["name"], "c": c, "acceptance": ACCEPTANCE[d["name"]],
-                          "best_k": k, "projected_speedup": speed})
+            path = export(name, cache, args.quant, args.embedding_quant)
+            programs[name] = (path, json.loads(path.with_suffix(".json").read_text()))
+    with stage(f"cost_curve: timing {len(programs)} programs side by side, {args.reps} rounds"):
+        timings = time_programs(programs, args.threads, args.reps)
+    rows = []
+    for name, (path, meta) in programs.items():
+        with stage(f"cost_curve: memory of {name}"):
+            memory = memory_mb(path, meta, args.threads)
+        rows.append({"name": name, "params": meta["params"], "pte_mb": path.stat().st_size / 2**20,
+                     "export_s": meta["export_s"], "rss_mb": memory, "step_ms": timings[name][1],
+                     "verify_ms": timings[name]})
     result = {"command": " ".join(["benchmarks/cost_curve.py", *sys.argv[1:]]), "threads": args.threads,
-              "quant": args.quant, "embedding_quant": args.embedding_quant, "date": time.strftime("%Y-%m-%d"), "models": rows, "pairs": pairs}
+              "quant": args.quant, "embedding_quant": args.embedding_quant, "date": time.strftime("%Y-%m-%d"),
+              "models": rows, "pairs": pairs_of(rows)}
     save_results(args.out, result, render)
     plot(result, args.out / "plot.png")
     return 0
@@ -190,7 +242,7 @@ def plot(r: dict, path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("projected speedup (not measured)")
     axes[0][0].legend(title="target (o: this drafter's measured c, x: the other's)", fontsize=8)
-    fig.suptitle(f"Projection E(k)/(k c + V(k)/S), best k, from measured S and V(k); ExecuTorch {r['quant']}, {r['threads']} threads")
+    fig.suptitle(f"Projection E(k)/(k c + V(k+1)/S), best k, from measured S and V(k); ExecuTorch {r['quant']}, {r['threads']} threads")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -207,8 +259,8 @@ def render(r: dict) -> str:
         lines.append(f"| {m['name']} | {m['params'] / 1e6:.0f}M | {m['pte_mb']:.0f} | {m['export_s']:.0f} | "
                      f"{m['rss_mb']:.0f} | {m['step_ms']:.1f} | " +
                      " | ".join(f"{m['verify_ms'][k]:.1f}" for k in range(1, K_MAX + 1)) + " |")
-    lines += ["", "Projection (not a measurement): expected speedup = E(k) / (k c + V(k)/S), E(k) = (1 - a^(k+1)) / (1 - a), "
-              "best k; a = acceptance measured on the real pair (Gemma-3-270M target).", "",
+    lines += ["", "Projection (not a measurement): expected speedup = E(k) / (k c + V(k+1)/S), E(k) = (1 - a^(k+1)) / (1 - a), "
+              "best k (0: no k pays, target alone); a = acceptance measured on the real pair (Gemma-3-270M target).", "",
               "| target | drafter | c | a | best k | projected speedup |", "|---|---|---|---|---|---|"]
     for p in r["pairs"]:
         lines.append(f"| {p['target']} | {p['drafter']} | {p['c']:.3f} | {p['acceptance']:.2f} | {p['best_k']} | "
