@@ -9,6 +9,7 @@ renames it at the end, so an interrupted preparation leaves no half-written cach
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -130,12 +131,37 @@ def check_architecture(path: Path) -> None:
 
 
 def load_tokenizer(path: Path):
+    """The folder's tokenizer; loaded once per process while its files stay the same (read-only use)."""
+    return _load_tokenizer(str(Path(path).resolve()), _files_stamp(path))
+
+
+def load_vocab(path: Path):
+    """The folder's tokenizer as a Vocab (runtime/vocab.py), built once per process while its files stay the same."""
+    return _load_vocab(str(Path(path).resolve()), _files_stamp(path))
+
+
+def _files_stamp(path: Path) -> tuple:
+    try:
+        return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(Path(path).iterdir()) if f.is_file())
+    except OSError:
+        return ()
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tokenizer(path: str, stamp: tuple):
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(path)
     except Exception as e:  # noqa: BLE001 - any loader failure is a bad folder for the user
         raise OmniDraftError(f"cannot load tokenizer from {path}: {str(e).splitlines()[0]}") from e
+
+
+@functools.lru_cache(maxsize=8)
+def _load_vocab(path: str, stamp: tuple):
+    from .runtime.vocab import Vocab
+
+    return Vocab.from_tokenizer(_load_tokenizer(path, stamp))
 
 
 def load_model(path: Path):

@@ -17,7 +17,7 @@ from pathlib import Path
 from . import state
 from .draft_head import apply_draft_head
 from .errors import OmniDraftError
-from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, resolve_model_path
+from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_vocab, resolve_model_path
 from .progress import log
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
 from .runtime.decoding import SpeculativeDecoder
@@ -246,11 +246,11 @@ def _clean_state_folders() -> None:
 def _eager_models(o: PairOptions, with_drafter: bool):
     target_path = resolve_model_path(o.target, DEFAULT_TARGET)
     drafter_path = resolve_model_path(o.drafter, DEFAULT_DRAFTER) if with_drafter else None  # both checked first
-    target_vocab = Vocab.from_tokenizer(load_tokenizer(target_path))
+    target_vocab = load_vocab(target_path)
     target = EagerRunner(load_model(target_path), o.max_context, name="target")
     if drafter_path is None:
         return target, target_vocab, target_path.name, None, None, None, None
-    draft_vocab = Vocab.from_tokenizer(load_tokenizer(drafter_path))
+    draft_vocab = load_vocab(drafter_path)
     model = load_model(drafter_path)
     apply_draft_head(model, drafter_path)
     # Draft tokens can be shorter than target tokens: give the drafter twice the room.
@@ -265,7 +265,7 @@ def _bundle_models(o: PairOptions, with_drafter: bool):
     bundle = load_bundle(o.bundle, verify_hashes=o.verify_hashes)
     vocabs = {}
     for role in ("target", "drafter") if with_drafter else ("target",):
-        vocabs[role] = Vocab.from_tokenizer(load_tokenizer(bundle.tokenizer_dir(role)))
+        vocabs[role] = load_vocab(bundle.tokenizer_dir(role))
         check_tokenizer(bundle, role, vocabs[role])
     target = open_runner(bundle, "target", o.backend, o.threads)
     names = {role: bundle.model(role).name for role in ("target", "drafter")}

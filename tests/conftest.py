@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -281,31 +282,48 @@ def tiny_lora():
     return LoRAConfig(rank=4, alpha=8.0, targets=("q_proj", "v_proj", "down_proj"))
 
 
+def shared_dir(tmp_path_factory, worker_id: str, name: str, build) -> Path:
+    """A folder built once per test run and shared by its xdist workers: whichever worker asks
+    first builds it (under a lock), the others wait and reuse it. Read-only for the tests."""
+    from omnidraft.state import locked
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if worker_id != "master" else base  # the run's folder, above the workers' own
+    out, done = root / name, root / f"{name}.complete"
+    with locked(out):
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)
+            build(out)
+            done.touch()
+    return out
+
+
 @pytest.fixture(scope="session")
-def tiny_checkpoints(tmp_path_factory, target_path, drafter_path):
+def tiny_checkpoints(tmp_path_factory, worker_id, target_path, drafter_path):
     """Tiny random target (with a sliding window shorter than the context) and drafter, saved as checkpoints."""
     from omnidraft.models import load_tokenizer
 
-    root = tmp_path_factory.mktemp("ckpt")
-    out = {}
-    for role, src, seed, window in (("target", target_path, 1, 8), ("drafter", drafter_path, 2, None)):
-        model = tiny_model(src, seed=seed, sliding_window=window)
-        model.save_pretrained(root / role)
-        load_tokenizer(src).save_pretrained(root / role)
-        out[role] = root / role
-    # The drafter drafts from a frequency-ranked head, so every eager and exported
-    # drafter path in the suite runs through it (the target keeps its full head).
-    write_head(out["drafter"], load_tokenizer(drafter_path), TINY_HEAD_TOKENS)
-    return out
+    def build(root):
+        for role, src, seed, window in (("target", target_path, 1, 8), ("drafter", drafter_path, 2, None)):
+            model = tiny_model(src, seed=seed, sliding_window=window)
+            model.save_pretrained(root / role)
+            load_tokenizer(src).save_pretrained(root / role)
+        # The drafter drafts from a frequency-ranked head, so every eager and exported
+        # drafter path in the suite runs through it (the target keeps its full head).
+        write_head(root / "drafter", load_tokenizer(drafter_path), TINY_HEAD_TOKENS)
+
+    root = shared_dir(tmp_path_factory, worker_id, "tiny-checkpoints", build)
+    return {"target": root / "target", "drafter": root / "drafter"}
 
 
 @pytest.fixture(scope="session")
-def tiny_bundle(tmp_path_factory, tiny_checkpoints):
-    """Exported once per session (the slowest fixture): ONNX + ExecuTorch, with the training programs."""
+def tiny_bundle(tmp_path_factory, worker_id, tiny_checkpoints):
+    """Exported once per test run (the slowest fixture): ONNX + ExecuTorch, with the training programs."""
     from omnidraft.export.build import export_bundle
 
-    out = tmp_path_factory.mktemp("bundle") / "tiny"
-    export_bundle(out, str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]),
-                  formats=("onnx", "executorch"), max_context=64, max_draft_len=TINY_MAX_DRAFT,
-                  with_training=True, train_window=TINY_WINDOW, lora=tiny_lora())
-    return out
+    def build(out):
+        export_bundle(out, str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]),
+                      formats=("onnx", "executorch"), max_context=64, max_draft_len=TINY_MAX_DRAFT,
+                      with_training=True, train_window=TINY_WINDOW, lora=tiny_lora())
+
+    return shared_dir(tmp_path_factory, worker_id, "tiny-bundle", build)
