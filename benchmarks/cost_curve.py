@@ -8,7 +8,8 @@ vocabulary, tied head), exported as the bundle exports it: lean graphs, `--quant
 (default 8da4w) and `--embedding-quant` (default int8), targets with 512 cache positions,
 drafters with 1024 and their acceptance head. Programs are cached in
 $OMNIDRAFT_HOME/cost_curve. Drafters: SmolLM2-135M (real weights) and a 4-layer SmolLM2
-(random init); Gemma-3-270M (real weights) is the reference target. Per model, 2
+(random init), also with make-drafter's default draft head (its 16,384 most frequent
+tokens); Gemma-3-270M (real weights) is the reference target. Per model, 2
 threads: .pte size, export time, resident memory added by loading and running it, the
 one-token step S after a 64-token prefill and the verification call V(k), k = 1..8 (medians;
 all programs timed side by side, round-robin, in one process), memory in a fresh process.
@@ -54,7 +55,8 @@ TARGETS = {
 }
 # Acceptance per drafted token with the adaptive draft length, measured on the real pair
 # (benchmarks/README.md: the full drafter 0.65-0.68 in the suite, the 4-layer drafter 0.21).
-ACCEPTANCE = {"smollm2-135m": 0.65, "smollm2-4l": 0.21}
+ACCEPTANCE = {"smollm2-135m": 0.65, "smollm2-4l": 0.21, "smollm2-4l-head16k": 0.21}
+HEAD_TOKENS = 16384  # smollm2-4l-head16k: the 4-layer drafter with make-drafter's default draft head
 K_MAX = 8
 
 
@@ -76,10 +78,19 @@ def build(name: str):
         config = AutoConfig.for_model(kind, **fields)
         return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     model = load_model(resolve_model_path(None, DEFAULT_DRAFTER))
-    if name == "smollm2-4l":
+    if name.startswith("smollm2-4l"):
         config = copy.deepcopy(model.config)
         config.num_hidden_layers = 4
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    if name == "smollm2-4l-head16k":  # scores only its 16,384 most frequent tokens (draft_head.py)
+        from omnidraft.draft_head import apply_draft_head, write_head
+        from omnidraft.models import load_tokenizer, omnidraft_home
+
+        folder = omnidraft_home() / "cost_curve" / "draft-head-16k"
+        folder.mkdir(parents=True, exist_ok=True)
+        if apply_draft_head(model, folder) is None:
+            write_head(folder, load_tokenizer(resolve_model_path(None, DEFAULT_DRAFTER)), HEAD_TOKENS)
+            apply_draft_head(model, folder)
     return model
 
 
@@ -181,6 +192,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.render_only:
         result = json.loads((args.out / "results.json").read_text())
+        for m in result["models"]:  # JSON keys are strings
+            m["verify_ms"] = {int(k): v for k, v in m["verify_ms"].items()}
         result["pairs"] = pairs_of(result["models"])
         save_results(args.out, result, render)
         plot(result, args.out / "plot.png")
@@ -226,22 +239,24 @@ def plot(r: dict, path: Path) -> None:
 
     cs = np.geomspace(0.005, 1.5, 200)
     targets = [m for m in r["models"] if m["name"] in TARGETS]
-    fig, axes = plt.subplots(1, len(ACCEPTANCE), figsize=(6 * len(ACCEPTANCE), 4.5), sharey=True, squeeze=False)
-    for ax, (drafter, a) in zip(axes[0], ACCEPTANCE.items()):
+    panels = sorted(set(ACCEPTANCE.values()), reverse=True)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True, squeeze=False)
+    for ax, a in zip(axes[0], panels):
         for i, t in enumerate(targets):
             verify = {int(k): v for k, v in t["verify_ms"].items()}
             line, = ax.plot(cs, [projection(a, c, verify, t["step_ms"])[0] for c in cs], label=t["name"], color=f"C{i}")
             for p in r["pairs"]:
                 if p["target"] == t["name"]:
-                    ax.plot(p["c"], projection(a, p["c"], verify, t["step_ms"])[0], "o" if p["drafter"] == drafter else "x",
+                    ax.plot(p["c"], projection(a, p["c"], verify, t["step_ms"])[0], "o" if p["acceptance"] == a else "x",
                             color=line.get_color())
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("cost ratio c = drafter step / target step")
-        ax.set_title(f"acceptance a = {a} ({drafter}'s, measured on the real pair)")
+        names = ", ".join(d for d, v in ACCEPTANCE.items() if v == a)
+        ax.set_title(f"acceptance a = {a} ({names}; measured on the real pair)", fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("projected speedup (not measured)")
-    axes[0][0].legend(title="target (o: this drafter's measured c, x: the other's)", fontsize=8)
+    axes[0][0].legend(title="target (o: measured c of this panel's drafters, x: the others')", fontsize=8)
     fig.suptitle(f"Projection E(k)/(k c + V(k+1)/S), best k, from measured S and V(k); ExecuTorch {r['quant']}, {r['threads']} threads")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
