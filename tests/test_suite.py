@@ -46,5 +46,5 @@ def test_suite_runs_every_method_on_eager_executorch_and_onnxruntime(tmp_path, t
             for d in s["workloads"].values():
                 assert d["adaptation"]["updates"] == 1  # 4 warm-up prompts: one LoRA update
     table = (out / "table.md").read_text()
-    assert "| onnxruntime, tiny | " in table and "ceiling" in table and "lookup share" in table
+    assert f"| onnxruntime, {tiny_bundle.name} | " in table and "ceiling" in table and "lookup share" in table
     assert (out / "suite.png").stat().st_size > 10_000
