@@ -141,10 +141,12 @@ def load_vocab(path: Path):
 
 
 def _files_stamp(path: Path) -> tuple:
+    """(name, size, mtime) of the folder's files: a changed tokenizer file is a new cache key."""
     try:
-        return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(Path(path).iterdir()) if f.is_file())
+        stats = [(f.name, f.stat()) for f in sorted(Path(path).iterdir()) if f.is_file()]
     except OSError:
         return ()
+    return tuple((name, st.st_size, st.st_mtime_ns) for name, st in stats)
 
 
 @functools.lru_cache(maxsize=8)

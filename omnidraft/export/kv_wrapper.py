@@ -99,8 +99,8 @@ class BufferKVModel(torch.nn.Module):
         self.model = model
         self.max_context = max_context
         layers, _, heads, length, dim = kv_shape(model.config, max_context)
+        shape = llama_ops.cache_shape(exact_rows, heads, length, dim)
         for i in range(layers):
-            shape = llama_ops.cache_shape(exact_rows, heads, length, dim)
             self.register_buffer(f"k_cache_{i}", torch.zeros(shape), persistent=False)
             self.register_buffer(f"v_cache_{i}", torch.zeros(shape), persistent=False)
         self.n_layers = layers
