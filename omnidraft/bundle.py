@@ -11,11 +11,11 @@ A bundle is one folder:
     drafter_train.pte           optional (--with-training): the LoRA training step
     drafter_lora.pte            optional (--with-training): the drafter taking LoRA tensors as inputs
 
-bundle.json, version 3 (versions 1 and 2, the same without custom operators and, in 1,
-without acceptance heads, still load):
+bundle.json, version 4 (versions 1 to 3 still load for decoding: they lack the version-4
+training program, version 2 also custom operators, version 1 also acceptance heads):
 
     format            "omnidraft-bundle"
-    version           3
+    version           4
     created           ISO date
     max_context       target KV cache length (the drafter's is in its own entry)
     max_draft_len     K: verification graphs take 1..K+1 tokens
@@ -41,7 +41,8 @@ without acceptance heads, still load):
                       full [vocab] shape with -inf elsewhere, so nothing reading them changes
     eos_ids, chat_eos_ids   target token ids that end generation
     ngram_cache       file name or null
-    training          null, or (--with-training) {window, lam, mapped, lora {rank, alpha,
+    training          null, or (--with-training) {window W, batch B, lam, mapped, update
+                      {optimizer "adam", betas, eps, clip}, kernels "portable" | "xnnpack" (version 4), lora {rank, alpha,
                       targets}, lora_inputs [[name, shape], ...]}; the drafter's graphs
                       then also hold "executorch_train" and "executorch_lora"
     files             {relative path: {size, sha256}} for every file above
@@ -62,10 +63,18 @@ current weights), and returns two more outputs after the others: head_features
 entropy / log V) and accept_prob [1] = sigmoid(head_features . head_weight + head_bias),
 see omnidraft/runtime/acceptance.py.
 
-Training (ExecuTorch, see omnidraft/export/training_export.py): drafter_train.pte's
-method "forward" takes (ids [1, W], kl_rows [W], kl_target [W, mapped], kl_weight [W],
-nll_rows [W], nll_labels [W], nll_weight [W]) and returns (loss, L_DM, L_ngram) with
-the gradients of the LoRA tensors (ExecuTorch training API); drafter_lora.pte takes
+Training (ExecuTorch, version 4, see omnidraft/export/training_export.py): drafter_train.pte
+is an ordinary program (no training runtime). Its method "forward" is one whole update
+step: it takes (*lora, *exp_avg, *exp_avg_sq, step [], lr [], ids [B, W], kl_rows [B*W],
+kl_target [B*W, mapped] float32, kl_weight [B*W], nll_rows [B*W], nll_labels [B*W],
+nll_weight [B*W]) -- the LoRA tensors and their Adam moments in lora_inputs order, the
+1-based step number and the learning rate as float32 scalars, then B windows of W draft
+tokens with flat rows into B*W (missing examples and rows padded, weight 0) -- and returns
+(loss, L_DM, L_ngram, *lora', *exp_avg', *exp_avg_sq'): the pooled hybrid loss's gradients
+clipped to `clip`, then Adam (omnidraft/adaptation/update_rule.py). Its method "lora_init"
+takes nothing and returns the fresh LoRA tensors. (Version 3's drafter_train.pte ran the
+backward through ExecuTorch's training API with SGD; such a bundle must be re-exported to
+adapt.) drafter_lora.pte takes
 (input_ids, position_ids, [head_weight, head_bias,] *lora_inputs in the listed order)
 and returns logits [, head_features, accept_prob] (the head parts in version 2).
 
@@ -85,8 +94,8 @@ from pathlib import Path
 from .errors import OmniDraftError
 
 FORMAT = "omnidraft-bundle"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 EXECUTORCH_OPS = ("llama", "quantized")
 QUANTS = ("none", "8da4w", "8da8w", "int8")
 EMBEDDING_QUANTS = ("none", "int8", "int4")
@@ -200,6 +209,10 @@ class Manifest:
             _need(isinstance(training, dict), "training")
             _positive(training["window"], "training.window")
             _positive(training["mapped"], "training.mapped")
+            if manifest["version"] >= 4:
+                _positive(training["batch"], "training.batch")
+                update = training["update"]
+                _need(isinstance(update, dict) and update.get("optimizer") == "adam", "training.update")
             lora = training["lora_inputs"]
             _need(isinstance(lora, list) and all(
                 isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], list)

@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--with-training", action="store_true",
                      help="also export the drafter's LoRA training step and a LoRA-input drafter (ExecuTorch)")
     exp.add_argument("--train-window", type=opt.positive_int, default=128, help="draft tokens per training window")
+    exp.add_argument("--train-batch", type=opt.positive_int, default=4,
+                     help="training windows per update step (the largest adaptation batch the program takes)")
+    exp.add_argument("--train-kernels", choices=("portable", "xnnpack"), default="portable",
+                     help="the update step's kernels: xnnpack is faster but its lowering needs over 23 GB of memory for SmolLM2-135M (fine for small drafters)")
     exp.set_defaults(run=cmd_export)
 
     sim = sub.add_parser("simulate", help="run a bundle on onnxruntime as the phone app does (chat)")
@@ -207,7 +211,8 @@ def cmd_export(args) -> int:
         args.out, args.target, args.drafter, formats=formats, quant=args.quant, drafter_quant=args.drafter_quant,
         embedding_quant=args.embedding_quant, max_context=args.max_context, drafter_context=args.drafter_context,
         max_draft_len=args.max_draft_len,
-        with_training=args.with_training, train_window=args.train_window,
+        with_training=args.with_training, train_window=args.train_window, train_batch=args.train_batch,
+        train_kernels=args.train_kernels,
     )
     print(args.out)
     return 0

@@ -181,7 +181,7 @@ def training_vectors(vocabs: dict, window: int = 48) -> dict:
     ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight = example.padded(window, len(mapping))
     return {"prompt": prompt, "committed": committed, "window": window, "mapped": len(mapping),
             "example_ids": example.ids.tolist(), "kl_pos": example.kl_pos.tolist(), "nll_pos": example.nll_pos.tolist(),
-            "ids": ids[0].tolist(), "kl_rows": kl_rows.tolist(), "kl_weight": kl_weight.tolist(),
+            "ids": ids.tolist(), "kl_rows": kl_rows.tolist(), "kl_weight": kl_weight.tolist(),
             "nll_rows": nll_rows.tolist(), "nll_labels": nll_labels.tolist(), "nll_weight": nll_weight.tolist(),
             "kl_target_head": kl_target[:, :8].tolist(), "kl_target_sum": float(kl_target.astype(np.float64).sum())}
 

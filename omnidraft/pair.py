@@ -365,8 +365,14 @@ def _executorch_learner(bundle, drafting: DraftModel, config):
     n_mapped = len(Mapping.from_bridge(drafting.bridge))
     if n_mapped != training["mapped"]:
         raise OmniDraftError("the bundle's training graph was exported for another vocabulary mapping")
-    return ExecuTorchLearner(bundle.root / graphs["executorch_train"], names, int(training["window"]), n_mapped,
-                             config.lr, drafter)
+    if config.batch > training["batch"]:
+        raise OmniDraftError(f"the bundle's training program takes at most {training['batch']} examples per step, "
+                             f"not {config.batch}: re-export with --train-batch {config.batch}")
+    try:
+        return ExecuTorchLearner(bundle.root / graphs["executorch_train"], names, int(training["window"]),
+                                 int(training["batch"]), n_mapped, config.lr, drafter)
+    except Exception as e:  # noqa: BLE001 - a damaged or foreign program is a user problem
+        raise OmniDraftError(f"cannot load the bundle's training program: {str(e).splitlines()[0][:200]}") from e
 
 
 def _training_section(bundle, backend: str) -> dict:
@@ -376,6 +382,9 @@ def _training_section(bundle, backend: str) -> dict:
         raise OmniDraftError("--adapt needs a bundle exported --with-training (its LoRA training program)")
     if backend != "executorch":
         raise OmniDraftError("on-device adaptation runs on --backend executorch (its training program)")
+    if "update" not in training:
+        raise OmniDraftError("the bundle's training program is of an older format (version 3, SGD through ExecuTorch's "
+                             "training API): re-export it with --with-training")
     return training
 
 

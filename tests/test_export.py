@@ -38,7 +38,7 @@ def test_bundle_manifest(bundle_dir):
     b = load_bundle(bundle_dir)
     assert b.manifest == Manifest.parse(m) and b.manifest.to_dict() == m  # one typed record, written and read
     assert b.model("drafter").acceptance_head["features"] == 64 + 2 and b.model("target").executorch_ops == ["llama"]
-    assert m["format"] == "omnidraft-bundle" and m["version"] == 3
+    assert m["format"] == "omnidraft-bundle" and m["version"] == 4
     assert all(m["models"][r]["executorch_ops"] == ["llama"] for r in ("target", "drafter"))  # the lean graphs
     assert m["models"]["drafter"]["acceptance_head"]["features"] == 64 + 2  # tiny hidden size + confidence
     assert "acceptance_head" not in m["models"]["target"]

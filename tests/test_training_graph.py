@@ -1,9 +1,10 @@
-"""On-device adaptation through ExecuTorch: the LoRA training program and the LoRA-input drafter.
+"""On-device adaptation through ExecuTorch: the update-step program and the LoRA-input drafter.
 
-A tiny bundle is exported --with-training for real. Only LoRA tensors are
-exposed and change; a step through the program matches the same eager step;
-the updated tensors drive the very next drafter call; greedy output stays the
-target's own while the drafter adapts on the ExecuTorch backend.
+A tiny bundle is exported --with-training for real. The program's state is the
+LoRA tensors and their Adam moments; two steps through the program equal two
+eager steps (torch's clip_grad_norm_ and AdamW); the updated tensors drive the
+very next drafter call; a saved state resumes the same trajectory; greedy
+output stays the target's own while the drafter adapts on ExecuTorch.
 """
 
 import numpy as np
@@ -11,19 +12,19 @@ import pytest
 import torch
 
 from omnidraft.adaptation.examples import ExampleBuilder, Mapping
-from omnidraft.adaptation.learners import ExecuTorchLearner
+from omnidraft.adaptation.learners import EagerLearner, ExecuTorchLearner
 from omnidraft.adaptation.lora import lora_parameters
 from omnidraft.adaptation.online import AdaptConfig
 from omnidraft.draft_head import apply_draft_head
 from omnidraft.errors import OmniDraftError
 from omnidraft.export.build import export_bundle
-from omnidraft.export.training_export import TrainingStep, lora_model, window_inputs
+from omnidraft.export.training_export import export_training, lora_model
 from omnidraft.models import load_model
 from omnidraft.pair import build_bundle_pair
 from omnidraft.runtime.decoding import GenerationConfig
 
 from .conftest import TINY_WINDOW as WINDOW
-from .conftest import WITHOUT_TRAINING, damaged_copy, tiny_lora
+from .conftest import WITHOUT_TRAINING, damaged_copy, edit_manifest, tiny_lora
 
 LORA = tiny_lora()
 LR = 0.05
@@ -41,11 +42,11 @@ def pair(training_bundle, tmp_path, monkeypatch):
     return build_bundle_pair(training_bundle, "executorch", lora_drafter=True)
 
 
-def an_example(pair):
+def an_example(pair, text=" return a + b  # café 中文 🍵", seed=0):
     bridge = pair.decoder.bridge
     tv = pair.target_vocab
-    committed = tv.tokenizer.encode(" return a + b  # café 中文 🍵", add_special_tokens=False)
-    rows = np.random.default_rng(0).normal(size=(len(committed), len(tv))).astype(np.float32)
+    committed = tv.tokenizer.encode(text, add_special_tokens=False)
+    rows = np.random.default_rng(seed).normal(size=(len(committed), len(tv))).astype(np.float32)
     builder = ExampleBuilder(bridge, Mapping.from_bridge(bridge), bridge.draft.tokenizer.encode("def add(a, b):"))
     builder.add(committed, rows)
     example = builder.build()
@@ -57,7 +58,8 @@ def learner_for(pair, lr=LR):
     training = pair.bundle.manifest.training
     names = [n for n, _ in training["lora_inputs"]]
     path = pair.bundle.root / pair.bundle.model("drafter").graphs["executorch_train"]
-    return ExecuTorchLearner(path, names, training["window"], training["mapped"], lr, pair.decoder.drafter)
+    return ExecuTorchLearner(path, names, training["window"], training["batch"], training["mapped"], lr,
+                             pair.decoder.drafter)
 
 
 def eager_twin(tiny_checkpoints, learner):
@@ -66,45 +68,94 @@ def eager_twin(tiny_checkpoints, learner):
     apply_draft_head(model, tiny_checkpoints["drafter"])
     with torch.no_grad():
         for n, p in lora_parameters(model).items():
-            p.copy_(learner.params[f"model.{n}"])
+            p.copy_(learner.params[n])
     return model
 
 
-def test_only_lora_tensors_are_exposed(pair):
+def test_the_programs_state_is_the_lora_tensors(pair):
     learner = learner_for(pair)
     names = list(learner.params)
     assert names and all(n.endswith((".lora_A", ".lora_B")) for n in names)
     assert len(names) == 2 * len(LORA.targets) * 2  # 2 tensors x 3 modules x 2 layers
+    fresh = {n: t for n, t in learner.params.items()}
+    assert all(not t.any() for n, t in fresh.items() if n.endswith("lora_B"))  # fresh: the drafter unchanged
+    assert all(t.abs().sum() > 0 for n, t in fresh.items() if n.endswith("lora_A"))
     training = pair.bundle.manifest.training
-    assert training["window"] == WINDOW and training["lora"]["rank"] == LORA.rank
+    assert training["window"] == WINDOW and training["batch"] == AdaptConfig().batch
+    assert training["lora"]["rank"] == LORA.rank and training["update"]["optimizer"] == "adam"
 
 
-def test_step_through_the_program_matches_an_eager_step(pair, tiny_checkpoints):
+def test_steps_through_the_program_match_eager_steps(pair, tiny_checkpoints):
+    """Two steps (Adam's moments and bias correction matter from the second) on a batch of two
+    examples and a third of one: the same losses and tensors as the eager learner's steps."""
     learner = learner_for(pair)
-    example = an_example(pair)
-    model = eager_twin(tiny_checkpoints, learner)
+    batches = [[an_example(pair), an_example(pair, " x = [1, 2]  # 中文 🍵\n", seed=1)], [an_example(pair, seed=2)]]
+    mapping = Mapping.from_bridge(pair.decoder.bridge)
+    model = load_model(tiny_checkpoints["drafter"])
+    apply_draft_head(model, tiny_checkpoints["drafter"])
+    model.config._attn_implementation = "eager"
+    eager = EagerLearner(model, AdaptConfig(lora=LORA, lr=LR), mapping)
+    with torch.no_grad():
+        for n, p in eager.trainable.items():
+            p.copy_(learner.params[n])
     before = {n: t.clone() for n, t in learner.params.items()}
-    et_loss = learner.step([example])[0]
+    for examples in batches:
+        et_losses = learner.step(examples)
+        eager_losses = eager.step(examples)
+        np.testing.assert_allclose(et_losses, eager_losses, atol=1e-4, rtol=1e-4)
+    moments = eager.optimizer.state
+    for n, p in eager.trainable.items():
+        torch.testing.assert_close(learner.params[n], p.detach(), atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(learner.exp_avg[n], moments[p]["exp_avg"], atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(learner.exp_avg_sq[n], moments[p]["exp_avg_sq"], atol=1e-8, rtol=1e-4)
+    assert learner.steps == 2
+    assert sum(not torch.equal(learner.params[n], before[n]) for n in before) == len(before)  # every tensor moved
 
-    step = TrainingStep(model, Mapping.from_bridge(pair.decoder.bridge).draft_ids, 0.2)
-    opt = torch.optim.SGD(list(lora_parameters(model).values()), lr=LR)
-    loss, _, _ = step(*window_inputs(example, WINDOW, learner.n_mapped))
-    loss.backward()
-    opt.step()
-    assert abs(et_loss - loss.item()) < 1e-4
-    changed = 0
-    for n, p in lora_parameters(model).items():
-        got = learner.params[f"model.{n}"]
-        torch.testing.assert_close(got, p.detach(), atol=1e-5, rtol=1e-4)
-        changed += not torch.equal(got, before[f"model.{n}"])
-    assert changed > 0  # the B matrices (zero at export) moved
+
+def test_the_portable_program_takes_the_same_step(pair, tiny_checkpoints, tmp_path):
+    """`--train-kernels portable` (the default; the shared bundle's program is XNNPACK's): same step."""
+    training = pair.bundle.manifest.training
+    model = lora_model(load_model(tiny_checkpoints["drafter"]), LORA)
+    xnnpack = learner_for(pair)
+    with torch.no_grad():
+        for n, p in lora_parameters(model).items():
+            p.copy_(xnnpack.params[n])
+    path = tmp_path / "drafter_train.pte"
+    mapping = Mapping.from_bridge(pair.decoder.bridge)
+    meta = export_training(model, path, WINDOW, training["batch"], mapping.draft_ids, training["lam"], xnnpack=False)
+    assert meta["kernels"] == "portable"
+    portable = ExecuTorchLearner(path, list(xnnpack.params), WINDOW, training["batch"], len(mapping), LR)
+    examples = [an_example(pair)]
+    np.testing.assert_allclose(portable.step(examples), xnnpack.step(examples), atol=1e-4, rtol=1e-4)
+    for n, t in xnnpack.params.items():
+        torch.testing.assert_close(portable.params[n], t, atol=1e-5, rtol=1e-4)
+
+
+def test_a_saved_state_resumes_the_same_trajectory(pair):
+    learner = learner_for(pair)
+    learner.step([an_example(pair)])
+    saved = learner.state()
+    learner.step([an_example(pair, seed=3)])
+    want = {n: t.clone() for n, t in learner.params.items()}
+    other = learner_for(pair)
+    other.load_state(saved)
+    assert other.steps == 1
+    other.step([an_example(pair, seed=3)])
+    for n, t in want.items():
+        torch.testing.assert_close(other.params[n], t, atol=0, rtol=0)  # the same program on the same inputs
+    bad = other.state()
+    bad["optimizer"]["exp_avg"][next(iter(want))] = torch.zeros(3)
+    with pytest.raises(ValueError):
+        other.load_state(bad)
+    for n, t in want.items():  # nothing changed
+        assert torch.equal(other.params[n], t)
 
 
 def test_updated_lora_drives_the_next_drafter_call(pair, tiny_checkpoints):
     learner = learner_for(pair)
     drafter = pair.decoder.drafter
     # the runner owns its LoRA inputs; the learner writes its weights into them
-    assert all(torch.equal(a, b) for a, b in zip(drafter.extra_inputs, learner.lora_inputs))
+    assert all(torch.equal(a, b) for a, b in zip(drafter.extra_inputs, learner.params.values()))
     ids = np.array(pair.decoder.bridge.draft.tokenizer.encode("def add(a, b):"))
     drafter.reset()
     base = drafter.forward(ids, 0, len(ids))
@@ -141,3 +192,22 @@ def test_adapt_needs_a_training_bundle(training_bundle, tiny_checkpoints, tmp_pa
     with pytest.raises(OmniDraftError, match="--format executorch"):
         export_bundle(tmp_path / "x", str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]),
                       formats=("onnx",), with_training=True)
+
+
+def test_a_version_3_training_program_asks_for_a_re_export(training_bundle, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+
+    def version_3(m):
+        m["version"] = 3
+        for key in ("batch", "update"):
+            m["training"].pop(key)
+    old = damaged_copy(training_bundle, tmp_path, edit_manifest(version_3))
+    build_bundle_pair(old, "executorch")  # still decodes
+    with pytest.raises(OmniDraftError, match="re-export it with --with-training"):
+        build_bundle_pair(old, "executorch", adapt=AdaptConfig(), profile="old")
+
+
+def test_an_adaptation_batch_larger_than_the_programs_is_refused(training_bundle, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    with pytest.raises(OmniDraftError, match="--train-batch 9"):
+        build_bundle_pair(training_bundle, "executorch", adapt=AdaptConfig(batch=9), profile="big")

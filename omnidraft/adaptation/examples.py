@@ -65,12 +65,12 @@ class Example:
         )
 
     def padded(self, window: int, n_mapped: int, pad_id: int = 0) -> tuple[np.ndarray, ...]:
-        """The last `window` tokens as fixed-shape arrays (the exported training program's inputs):
-        ids [1, window], kl_rows, kl_target [window, n_mapped], kl_weight, nll_rows, nll_labels, nll_weight;
-        rows beyond the example's units are padding with weight 0."""
+        """The last `window` tokens as fixed-shape arrays: ids [window], kl_rows, kl_target
+        [window, n_mapped], kl_weight, nll_rows, nll_labels, nll_weight; rows beyond the
+        example's units are padding with weight 0."""
         e = self.window(window)
-        ids = np.full((1, window), pad_id, dtype=np.int64)
-        ids[0, : len(e)] = e.ids
+        ids = np.full(window, pad_id, dtype=np.int64)
+        ids[: len(e)] = e.ids
 
         def rows(pos):  # padded row indices and 0/1 weights
             r = np.zeros(window, dtype=np.int64)
@@ -86,6 +86,21 @@ class Example:
         nll_labels = np.zeros(window, dtype=np.int64)
         nll_labels[: len(e.nll_pos)] = e.ids[e.nll_pos + 1]
         return ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight
+
+
+def padded_batch(examples: list[Example], batch: int, window: int, n_mapped: int, pad_id: int = 0) -> list:
+    """Up to `batch` examples as the training program's fixed-shape inputs (missing ones all padding):
+    ids [batch, window], then flat rows into batch * window with their targets and 0/1 weights:
+    kl_rows, kl_target [batch * window, n_mapped] (float32), kl_weight, nll_rows, nll_labels, nll_weight."""
+    if not 1 <= len(examples) <= batch:
+        raise ValueError(f"a training batch holds 1 to {batch} examples, not {len(examples)}")
+    empty = Example(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros((0, n_mapped), np.float16),
+                    np.zeros(0, np.int64))
+    parts = [e.padded(window, n_mapped, pad_id) for e in examples + [empty] * (batch - len(examples))]
+    ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight = zip(*parts)
+    offset = lambda rows: np.concatenate([r + b * window for b, r in enumerate(rows)])  # noqa: E731
+    return [np.stack(ids), offset(kl_rows), np.concatenate(kl_target), np.concatenate(kl_weight),
+            offset(nll_rows), np.concatenate(nll_labels), np.concatenate(nll_weight)]
 
 
 class ExampleBuilder:

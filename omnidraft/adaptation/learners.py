@@ -4,10 +4,12 @@ The online adapter (buffer, guard, persistence) does not care; a learner
 trains on examples, measures greedy acceptance, and can snapshot and restore
 its trainable tensors.
   - EagerLearner: LoRA (or every weight) on the torch drafter the eager runner
-    decodes with; AdamW.
-  - ExecuTorchLearner: LoRA steps through the bundle's drafter_train.pte with
-    ExecuTorch's SGD; the drafter runner (drafter_lora.pte) is fed the live
-    LoRA tensors at every call, so an update is used by the next draft.
+    decodes with; torch's clip_grad_norm_ and AdamW.
+  - ExecuTorchLearner: LoRA steps through the bundle's drafter_train.pte (the
+    whole step, clipping and Adam included, is one program call); the drafter
+    runner (drafter_lora.pte) is fed the live LoRA tensors at every call, so an
+    update is used by the next draft.
+Both follow one update rule (update_rule.py), so one set of defaults serves both.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import numpy as np
 import torch
 
 from ..draft_head import refresh_draft_head
-from .examples import Example, Mapping
-from .lora import LoRALinear, add_lora, copy_into, forget_merged, lora_parameters
+from .examples import Example, Mapping, padded_batch
+from .lora import LoRALinear, add_lora, check_fits, copy_into, forget_merged, lora_parameters
 from .loss import Batch, batch_loss, greedy_acceptance
+from .update_rule import RULE
 
 
 class EagerLearner:
@@ -36,7 +39,7 @@ class EagerLearner:
             model.requires_grad_(True)
             self.trainable = dict(model.named_parameters())
         self.params = list(self.trainable.values())
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
+        self.optimizer = RULE.eager_optimizer(self.params, config.lr)
 
     def identity(self) -> dict:
         return {"learner": "eager", "mode": "lora" if self.config.lora else "full",
@@ -47,7 +50,7 @@ class EagerLearner:
         loss, l_dm, l_ngram = batch_loss(self.model, Batch.of(examples), self.mapped, self.config.lam,
                                          self.config.use_kl)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        torch.nn.utils.clip_grad_norm_(self.params, RULE.clip)
         self.optimizer.step()
         self._sync_draft_head()
         return loss.item(), l_dm.item(), l_ngram.item()
@@ -95,53 +98,49 @@ class EagerLearner:
 
 
 class ExecuTorchLearner:
-    """LoRA training through an exported forward+backward program (batch 1, fixed window)."""
+    """LoRA training through the bundle's exported update step (drafter_train.pte, a fixed batch and window).
 
-    def __init__(self, train_pte: Path, lora_names: list[str], window: int, n_mapped: int, lr: float,
+    One program call per step: the LoRA tensors, their Adam moments and the step number go in,
+    the updated ones come out (the same rule as the eager learner, update_rule.py).
+    """
+
+    def __init__(self, train_pte: Path, lora_names: list[str], window: int, batch: int, n_mapped: int, lr: float,
                  drafter_runner=None):
-        from executorch.extension.training import _load_for_executorch_for_training_from_buffer, get_sgd_optimizer
+        from executorch.runtime import Runtime
 
-        self.window, self.n_mapped, self.lr = window, n_mapped, lr
-        # The module reads the program from this buffer without owning it: keep it alive.
-        self._program = Path(train_pte).read_bytes()
-        self.module = _load_for_executorch_for_training_from_buffer(self._program)
-        # The parameters appear after the first call: run one with every loss row weighted 0.
-        empty = Example(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros((0, n_mapped), np.float16),
-                        np.zeros(0, np.int64))
-        self.module.forward_backward("forward", self._inputs(empty))
-        self.params = self.module.named_parameters()  # live tensors: the optimizer updates them in place
-        missing = [n for n in lora_names if f"model.{n}" not in self.params]
-        if missing or len(lora_names) != len(self.params):
-            raise ValueError("the training program's parameters do not match the drafter's LoRA inputs")
-        self.optimizer = get_sgd_optimizer(self.params, lr, 0, 0, 0, False)
-        self.lora_inputs = [self.params[f"model.{n}"] for n in lora_names]
+        self.window, self.batch, self.n_mapped, self.lr = window, batch, n_mapped, lr
+        program = Runtime.get().load_program(str(train_pte))
+        self.update = program.load_method("forward")
+        fresh = program.load_method("lora_init").execute([])
+        if len(fresh) != len(lora_names):
+            raise ValueError("the training program's tensors do not match the drafter's LoRA inputs")
+        self.params = {n: t.clone() for n, t in zip(lora_names, fresh)}  # updated in place by every step
+        self.exp_avg = {n: torch.zeros_like(t) for n, t in self.params.items()}
+        self.exp_avg_sq = {n: torch.zeros_like(t) for n, t in self.params.items()}
+        self.steps = 0
         self.drafter = drafter_runner
         self._publish()
-
-    def _inputs(self, example: Example) -> list:
-        return [torch.from_numpy(a) for a in example.padded(self.window, self.n_mapped)]
 
     def _publish(self) -> None:
         """Write the current LoRA weights into the drafter runner's own input tensors (used by its next call)."""
         if self.drafter is not None:
-            for mine, theirs in zip(self.lora_inputs, self.drafter.extra_inputs):
+            for mine, theirs in zip(self.params.values(), self.drafter.extra_inputs):
                 theirs.copy_(mine)
 
     def identity(self) -> dict:
-        return {"learner": "executorch", "mode": "lora", "window": self.window,
+        return {"learner": "executorch", "mode": "lora", "window": self.window, "batch": self.batch,
                 "lora": {n: list(t.shape) for n, t in self.params.items()}}
 
     def step(self, examples: list[Example]) -> tuple[float, float, float]:
-        """One SGD step on the mean gradient of the examples (one program call each)."""
-        totals, grads = np.zeros(3), None
-        for e in examples:
-            out = self.module.forward_backward("forward", self._inputs(e))
-            totals += [float(o) for o in out[:3]]
-            g = self.module.named_gradients()
-            grads = {n: t.clone() for n, t in g.items()} if grads is None else {n: grads[n] + g[n] for n in g}
-        self.optimizer.step({n: t / len(examples) for n, t in grads.items()})
+        """One clipped Adam step on the pooled loss of the examples (one program call)."""
+        state = [*self.params.values(), *self.exp_avg.values(), *self.exp_avg_sq.values()]
+        batch = [torch.from_numpy(a) for a in padded_batch(examples, self.batch, self.window, self.n_mapped)]
+        out = self.update.execute([*state, torch.tensor(float(self.steps + 1)), torch.tensor(float(self.lr)), *batch])
+        for mine, new in zip(state, out[3:]):
+            mine.copy_(new)  # before the next call: the program may reuse its output memory
+        self.steps += 1
         self._publish()
-        return tuple(totals / len(examples))
+        return tuple(float(o) for o in out[:3])
 
     def acceptance(self, examples: list[Example]) -> float:
         """Teacher-forced greedy acceptance through the drafter's own program (its cache is reset after)."""
@@ -157,11 +156,28 @@ class ExecuTorchLearner:
         return hits / max(total, 1)
 
     def state(self) -> dict:
-        return {"weights": {n: t.clone() for n, t in self.params.items()}}  # plain SGD keeps no state
+        clone = lambda d: {n: t.clone() for n, t in d.items()}  # noqa: E731
+        return {"weights": clone(self.params), "optimizer": {"exp_avg": clone(self.exp_avg),
+                                                             "exp_avg_sq": clone(self.exp_avg_sq), "step": self.steps}}
 
     def load_state(self, state: dict) -> None:
-        copy_into(self.params, state["weights"])  # in place: the program reads these tensors
+        """ValueError (nothing changed) unless every tensor fits; in place: the drafter reads these tensors."""
+        opt = state.get("optimizer")
+        if not isinstance(opt, dict) or not isinstance(opt.get("step"), int) or opt["step"] < 0:
+            raise ValueError("damaged optimizer state")
+        for key in ("exp_avg", "exp_avg_sq"):
+            if not isinstance(opt.get(key), dict) or not all(
+                    torch.is_tensor(t) and torch.isfinite(t).all() for t in opt[key].values()):
+                raise ValueError(f"damaged optimizer {key}")
+        for mine, saved in ((self.params, state["weights"]), (self.exp_avg, opt["exp_avg"]),
+                            (self.exp_avg_sq, opt["exp_avg_sq"])):
+            check_fits(mine, saved)
+        copy_into(self.params, state["weights"])
+        copy_into(self.exp_avg, opt["exp_avg"])
+        copy_into(self.exp_avg_sq, opt["exp_avg_sq"])
+        self.steps = opt["step"]
         self._publish()
 
     def extra_bytes(self) -> dict[str, int]:
-        return {"trainable": sum(t.numel() * t.element_size() for t in self.params.values()), "optimizer": 0}
+        size = lambda d: sum(t.numel() * t.element_size() for t in d.values())  # noqa: E731
+        return {"trainable": size(self.params), "optimizer": size(self.exp_avg) + size(self.exp_avg_sq)}

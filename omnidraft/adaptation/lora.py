@@ -85,13 +85,18 @@ def lora_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     return {n: p for n, p in model.named_parameters() if ".lora_A" in n or ".lora_B" in n}
 
 
-def copy_into(params: dict[str, nn.Parameter], state: dict[str, torch.Tensor]) -> None:
-    """Copy saved tensors into parameters by name; checks everything before changing anything."""
-    if set(params) != set(state):
+def check_fits(params: dict[str, torch.Tensor], state: dict) -> None:
+    """ValueError unless `state` holds a tensor of the right shape for every name of `params`, and no other."""
+    if not isinstance(state, dict) or set(params) != set(state):
         raise ValueError("the saved tensors do not match the drafter's trainable tensors")
     for n, p in params.items():
-        if p.shape != state[n].shape:
-            raise ValueError(f"saved tensor {n} has shape {tuple(state[n].shape)}, expected {tuple(p.shape)}")
+        if not torch.is_tensor(state[n]) or p.shape != state[n].shape:
+            raise ValueError(f"saved tensor {n} does not have the shape {tuple(p.shape)}")
+
+
+def copy_into(params: dict[str, nn.Parameter], state: dict[str, torch.Tensor]) -> None:
+    """Copy saved tensors into parameters by name; checks everything before changing anything."""
+    check_fits(params, state)
     with torch.no_grad():
         for n, p in params.items():
             p.copy_(state[n])

@@ -50,6 +50,8 @@ def export_bundle(
     chunk: int = 16,
     with_training: bool = False,
     train_window: int = 128,
+    train_batch: int = 4,
+    train_kernels: str = "portable",
     lora=None,
     lam: float = 0.2,
 ) -> Path:
@@ -101,7 +103,7 @@ def export_bundle(
                     graphs["executorch"] = f"{role}.pte"
             if role == "drafter" and with_training:
                 training = _export_training(load_model(path), path, tmp, vocabs, graphs, contexts[role], tokens_per_call,
-                                            train_window, lora, lam)
+                                            train_window, train_batch, train_kernels, lora, lam)
             models[role] = ModelEntry(
                 name=path.name, vocab_size=meta["vocab_size"], max_context=contexts[role],
                 max_tokens_per_call=tokens_per_call, kv_shape=meta["kv_shape"], tokenizer=f"tokenizers/{role}",
@@ -135,6 +137,7 @@ def export_bundle(
 
 
 def _export_training(model, path: Path, tmp: Path, vocabs, graphs: dict, context: int, tokens_per_call: int, window: int,
+                     batch: int, kernels: str,
                      lora, lam: float) -> dict:
     """drafter_train.pte + drafter_lora.pte (fp32: training needs full-precision weights)."""
     from ..adaptation.examples import Mapping
@@ -144,7 +147,8 @@ def _export_training(model, path: Path, tmp: Path, vocabs, graphs: dict, context
     lora = lora or LoRAConfig()
     mapping = Mapping.from_bridge(VocabBridge(vocabs["drafter"], vocabs["target"]))
     model = lora_model(model, lora)
-    train = export_training(model, tmp / "drafter_train.pte", window, mapping.draft_ids, lam)
+    train = export_training(model, tmp / "drafter_train.pte", window, batch, mapping.draft_ids, lam,
+                            xnnpack=kernels == "xnnpack")
     apply_draft_head(model, path)  # after: training keeps the full head; drafter_lora.pte drafts like drafter.pte
     meta = export_lora_drafter(model, tmp / "drafter_lora.pte", context, tokens_per_call)
     graphs["executorch_train"] = "drafter_train.pte"

@@ -1,18 +1,27 @@
 """The on-device adaptation graphs (`omnidraft export --with-training`).
 
 Two ExecuTorch programs for the drafter, sharing one LoRA layout:
-  - drafter_train.pte: one LoRA-only training step's forward and backward.
-    Inputs are a fixed window of W draft tokens (the sequence length of a
-    transformer graph is fixed at lowering) and the loss's rows, padded with
-    zero weights: (ids [1, W], kl_rows [W], kl_target [W, |M|], kl_weight [W],
-    nll_rows [W], nll_labels [W], nll_weight [W]) -> (loss, L_DM, L_ngram).
-    Only the LoRA tensors are parameters (exposed, with gradients); the base
-    weights are constants. The phone applies ExecuTorch's SGD to them.
+  - drafter_train.pte: one whole update step as a pure function, lowered to
+    XNNPACK like the decoding graphs. Method "forward" takes the LoRA tensors,
+    their two Adam moments (each in bundle.json's "lora_inputs" order), the
+    step number and the learning rate (0-d float32), then a padded batch of B
+    windows of W draft tokens (ids [B, W]; flat rows into B*W with their
+    targets and 0/1 weights: kl_rows, kl_target [B*W, mapped] float32, kl_weight,
+    nll_rows, nll_labels, nll_weight). It returns (loss, L_DM, L_ngram, then
+    the updated LoRA tensors and moments in the same order): the hybrid loss's
+    gradients, clipped, then Adam (adaptation/update_rule.py), so the phone
+    needs no optimizer and no training runtime. Method "lora_init" returns the
+    fresh adapters (B zero, A random), the state a new profile starts from.
   - drafter_lora.pte: the drafter's decoding graph (KV cache inside, XNNPACK)
     that takes the LoRA tensors as extra inputs, in the order of
-    bundle.json's "lora_inputs". The runtime feeds the training program's
-    current parameters, so an update is used by the very next drafter call;
-    no re-export, no weight merging on the phone.
+    bundle.json's "lora_inputs". The runtime feeds the learner's current
+    tensors, so an update is used by the very next drafter call; no
+    re-export, no weight merging on the phone.
+
+The backward is traced with make_fx (torch's autograd, recorded as plain aten
+operations) and exported as an ordinary inference program: every matmul of the
+forward and the backward runs on XNNPACK instead of the portable kernels of
+ExecuTorch's training API.
 """
 
 from __future__ import annotations
@@ -25,16 +34,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..adaptation.examples import Example
+from ..adaptation.examples import Example, padded_batch
 from ..adaptation.lora import LoRAConfig, add_lora, lora_parameters
 from ..adaptation.loss import hybrid_loss, logits_at
+from ..adaptation.update_rule import RULE, clipped_adam
 from ..progress import stage
 from .executorch_export import lower_to_xnnpack
 from .kv_wrapper import BufferKVModel, head_example, runner_meta
 
 
-class TrainingStep(nn.Module):
-    """The hybrid loss of one padded window, as a module whose first output is the loss."""
+class BatchLoss(nn.Module):
+    """The hybrid loss of one padded batch (examples.padded_batch), pooled over its weighted rows
+    exactly as the eager learner pools a batch."""
 
     def __init__(self, model, mapped_draft_ids: np.ndarray, lam: float):
         super().__init__()
@@ -43,21 +54,46 @@ class TrainingStep(nn.Module):
         self.lam = lam
 
     def forward(self, ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight):
-        rows = torch.cat([kl_rows, nll_rows])
-        logits = logits_at(self.model, ids, rows)
+        logits = logits_at(self.model, ids, torch.cat([kl_rows, nll_rows]))
         n = kl_rows.shape[0]
-        loss, l_dm, l_ngram = hybrid_loss(
-            logits[:n], kl_target, kl_weight, logits[n:], nll_labels, nll_weight, self.mapped, self.lam)
-        return loss, l_dm.detach(), l_ngram.detach()  # only the loss is differentiated
+        return hybrid_loss(logits[:n], kl_target, kl_weight, logits[n:], nll_labels, nll_weight,
+                           self.mapped, self.lam)
 
 
-def window_inputs(example: Example, window: int, n_mapped: int, pad_id: int = 0) -> list[torch.Tensor]:
-    """An example's last `window` tokens as the training program's fixed-shape inputs."""
-    return [torch.from_numpy(a) for a in example.padded(window, n_mapped, pad_id)]
+def update_step(model, mapped_draft_ids, lam: float):
+    """f(*lora, *exp_avg, *exp_avg_sq, step, lr, *batch) -> (loss, L_DM, L_ngram, *lora', *exp_avg', *exp_avg_sq')."""
+    loss_of = BatchLoss(model, mapped_draft_ids, lam)
+    names = list(lora_parameters(model))
+    n = len(names)
+
+    def batch_loss(lora, batch):
+        loss, l_dm, l_ngram = torch.func.functional_call(loss_of, {f"model.{k}": t for k, t in zip(names, lora)},
+                                                         tuple(batch), strict=False, tie_weights=False)
+        return loss, (loss, l_dm, l_ngram)
+
+    def step(*flat):
+        lora, m, v, t, lr, batch = flat[:n], flat[n : 2 * n], flat[2 * n : 3 * n], flat[3 * n], flat[3 * n + 1], \
+            flat[3 * n + 2 :]
+        grads, losses = torch.func.grad(batch_loss, has_aux=True)(list(lora), batch)
+        new = clipped_adam(lora, grads, m, v, t, lr, RULE)
+        return (*(x.detach() for x in losses), *new[0], *new[1], *new[2])
+
+    return step
+
+
+class _Init(nn.Module):
+    """Method "lora_init": the fresh adapters (copies, so that the caller may update them in place)."""
+
+    def __init__(self, tensors: list[torch.Tensor]):
+        super().__init__()
+        self.tensors = nn.ParameterList([nn.Parameter(t.detach().clone(), requires_grad=False) for t in tensors])
+
+    def forward(self):
+        return tuple(t.clone() for t in self.tensors)
 
 
 def lora_model(model, lora: LoRAConfig):
-    """A copy of the drafter with fresh LoRA adapters (eager attention: exportable backward)."""
+    """A copy of the drafter with fresh LoRA adapters (eager attention: a traceable backward)."""
     model = copy.deepcopy(model)
     model.config._attn_implementation = "eager"
     add_lora(model, lora)
@@ -75,25 +111,39 @@ def _core_aten_empty(ep):
     return ep
 
 
-def export_training(model, path: Path, window: int, mapped_draft_ids, lam: float) -> dict:
-    """drafter_train.pte from a drafter that already carries LoRA adapters."""
-    from executorch.exir import EdgeCompileConfig, to_edge
-    from torch.export.experimental import _export_forward_backward
+def example_batch(batch: int, window: int, n_mapped: int) -> list[torch.Tensor]:
+    """A batch of one all-token example (every row weighted): what the export traces with."""
+    e = Example(np.ones(window, np.int64), np.arange(window - 1), np.zeros((window - 1, n_mapped), np.float16),
+                np.zeros(0, np.int64))
+    return [torch.from_numpy(a) for a in padded_batch([e], batch, window, n_mapped)]
 
-    step = TrainingStep(model, mapped_draft_ids, lam)
-    example = window_inputs(
-        Example(np.ones(window, np.int64), np.zeros(0, np.int64), np.zeros((0, len(mapped_draft_ids)), np.float16),
-                np.zeros(0, np.int64)), window, len(mapped_draft_ids))
+
+def export_training(model, path: Path, window: int, batch: int, mapped_draft_ids, lam: float,
+                    xnnpack: bool = True) -> dict:
+    """drafter_train.pte from a drafter that already carries LoRA adapters (their values are lora_init's)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    lora = [p.detach().clone() for p in lora_parameters(model).values()]
+    moments = [torch.zeros_like(t) for t in lora + lora]  # distinct tensors: aliased inputs would be traced as one
+    args = (*lora, *moments, torch.tensor(1.0), torch.tensor(1e-4),
+            *example_batch(batch, window, len(mapped_draft_ids)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with stage(f"executorch: export of the training step ({path.name}, window {window})"):
-            ep = torch.export.export(step, tuple(example), strict=False)
-            ep = _export_forward_backward(ep)
-            ep = _core_aten_empty(ep)
-        with stage(f"executorch: lowering {path.name} (portable kernels)"):
-            program = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch()
+        with stage(f"executorch: tracing the update step's forward and backward ({path.name}, {batch} x {window})"):
+            graph = make_fx(update_step(model, mapped_draft_ids, lam), tracing_mode="real")(*args)
+        with stage(f"executorch: torch.export of {path.name}"):
+            methods = {"forward": _core_aten_empty(torch.export.export(graph, args, strict=False).run_decompositions()),
+                       "lora_init": torch.export.export(_Init(lora), (), strict=True)}
+        where = "to XNNPACK" if xnnpack else "(portable kernels)"
+        with stage(f"executorch: lowering {path.name} {where} (slow for real models)"):
+            program = to_edge_transform_and_lower(methods, partitioner=[XnnpackPartitioner()] if xnnpack else [],
+                                                  compile_config=EdgeCompileConfig(_check_ir_validity=False))
+            program = program.to_executorch()
     path.write_bytes(program.buffer)
-    return {"window": window, "lam": lam, "mapped": len(mapped_draft_ids)}
+    return {"window": window, "batch": batch, "lam": lam, "mapped": len(mapped_draft_ids), "update": RULE.to_dict(),
+            "kernels": "xnnpack" if xnnpack else "portable"}
 
 
 class LoRAInputModel(nn.Module):

@@ -46,6 +46,8 @@ public final class BundleSession {
     public final LoraTrainer trainer; // null unless the bundle was exported --with-training
     private final java.util.ArrayDeque<org.omnidraft.core.TrainingExample> examples = new java.util.ArrayDeque<>();
     private int replies;
+XX
+    static final int ADAPT_STEPS = 2;
     public float lastLoss = Float.NaN;
     public final Set<Integer> chatEos = new HashSet<>();
     private final File cacheFile;
@@ -92,11 +94,10 @@ public final class BundleSession {
         Object training = m.get("training");
         if (training != null) { // the drafter that takes LoRA tensors, fed by the training program's live ones
             Map<String, Object> tr = Json.object(training);
-            List<String> names = new ArrayList<>();
-            for (Object o : Json.array(tr.get("lora_inputs"))) names.add((String) Json.array(o).get(0));
+            if (tr.get("update") == null) throw new IOException("the bundle's training program is of an older format: re-export it with --with-training");
             String trainPte = new File(dir, (String) Json.object(d.get("graphs")).get("executorch_train")).getPath();
-            trainer = new LoraTrainer(trainPte, names, ((Number) tr.get("window")).intValue(),
-                    ((Number) tr.get("mapped")).intValue(), 0.03);
+            trainer = new LoraTrainer(trainPte, Json.array(tr.get("lora_inputs")).size(), ((Number) tr.get("window")).intValue(),
+                    ((Number) tr.get("batch")).intValue(), ((Number) tr.get("mapped")).intValue(), ADAPT_LR);
             drafter = runner(dir, d, head, "executorch_lora");
             drafter.extraInputs = trainer.loraInputs();
         } else {
@@ -193,12 +194,13 @@ public final class BundleSession {
         return out;
     }
 
-    /** Every 4 replies, one LoRA step on each of the newest 4 examples (the LoRA tensors change in place). */
+    /** Every 4 replies, ADAPT_STEPS update steps on the newest (up to the program's batch) examples, as the Python
+     *  adapter's defaults do (AdaptConfig: every 4, batch 4, 2 steps, lr 3e-4). */
     private void adapt(org.omnidraft.core.TrainingExample example) {
         examples.addLast(example);
-        while (examples.size() > 4) examples.removeFirst();
+        while (examples.size() > trainer.batch) examples.removeFirst();
         if (++replies % 4 != 0) return;
-        for (org.omnidraft.core.TrainingExample e : examples) lastLoss = trainer.step(e);
+        for (int s = 0; s < ADAPT_STEPS; s++) lastLoss = trainer.step(new ArrayList<>(examples));
         drafter.rollback(0); // new weights: the drafter's cached keys and values are stale
     }
 

@@ -5,7 +5,7 @@ import java.util.List;
 
 /**
  * One generation as a LoRA training example for the bundle's drafter_train.pte
- * (omnidraft/adaptation/examples.py and export/training_export.py's window_inputs): the
+ * (omnidraft/adaptation/examples.py: Example.padded, padded_batch): the
  * drafter's prompt followed by every committed target token spelled in draft tokens. A token
  * spelled by its one directly mapped twin is a KL unit (the target's logits over the mapped
  * vocabulary are kept); a token spelled by several draft tokens is an NLL unit over them.
