@@ -1,8 +1,8 @@
 """The on-device adaptation graphs (`omnidraft export --with-training`).
 
 Two ExecuTorch programs for the drafter, sharing one LoRA layout:
-  - drafter_train.pte: one whole update step as a pure function, lowered to
-    XNNPACK like the decoding graphs. Method "forward" takes the LoRA tensors,
+  - drafter_train.pte: one whole update step as a pure function. Method
+    "forward" takes the LoRA tensors,
     their two Adam moments (each in bundle.json's "lora_inputs" order), the
     step number and the learning rate (0-d float32), then a padded batch of B
     windows of W draft tokens (ids [B, W]; flat rows into B*W with their
@@ -19,9 +19,9 @@ Two ExecuTorch programs for the drafter, sharing one LoRA layout:
     re-export, no weight merging on the phone.
 
 The backward is traced with make_fx (torch's autograd, recorded as plain aten
-operations) and exported as an ordinary inference program: every matmul of the
-forward and the backward runs on XNNPACK instead of the portable kernels of
-ExecuTorch's training API.
+operations) and exported as an ordinary inference program, on portable kernels
+(the default) or XNNPACK (`--train-kernels xnnpack`: the forward and backward matmuls
+delegated; the same step on tiny models, but lowering SmolLM2-135M needs over 23 GB).
 """
 
 from __future__ import annotations
