@@ -14,6 +14,7 @@ the update in flight.
 from __future__ import annotations
 
 import io
+import os
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -95,7 +96,7 @@ class OnlineAdapter:
         self.stats = AdaptStats()
         self._builder: ExampleBuilder | None = None
         self._since_update = 0
-        self._disk_mark: int | None = None  # the state file's mtime when we last loaded or saved it
+        self._disk_mark: tuple | None = None  # the state file's stamp when we last loaded or saved it
 
     # -- the decoder's hooks -------------------------------------------------------------
     def begin(self, draft_prompt: list[int]) -> None:
@@ -134,7 +135,7 @@ class OnlineAdapter:
     def _catch_up(self) -> bool:
         """Load what another process saved since our last load or save; True if the weights changed."""
         try:
-            mark = self.state_path.stat().st_mtime_ns
+            mark = _stamp(self.state_path.stat())
         except FileNotFoundError:
             return False
         if mark == self._disk_mark:
@@ -228,7 +229,7 @@ class OnlineAdapter:
         torch.save(payload, buf)
         try:
             write_bytes_atomic(self.state_path, buf.getvalue())
-            self._disk_mark = self.state_path.stat().st_mtime_ns
+            self._disk_mark = _stamp(self.state_path.stat())  # under the file's lock: no one replaced it since
         except OSError as e:  # full disk, read-only folder: keep adapting in memory
             if self.warn:
                 self.warn(f"[omnidraft] warning: could not save the adapter to {self.state_path}: {e.strerror or e}")
@@ -236,7 +237,9 @@ class OnlineAdapter:
     def load(self, path: Path) -> None:
         """Restore a saved adapter; AdapterFileError if it is not ours."""
         try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
+            with open(path, "rb") as f:  # the stamp of the very file read: another process may replace it meanwhile
+                mark = _stamp(os.fstat(f.fileno()))
+                payload = torch.load(f, map_location="cpu", weights_only=True)
             if not isinstance(payload, dict) or payload.get("format") != FORMAT:
                 raise AdapterFileError("not an OmniDraft adapter file")
             if payload.get("version") != VERSION:
@@ -259,7 +262,7 @@ class OnlineAdapter:
             self.buffer.extend(buffer)
             self.heldout.clear()
             self.heldout.extend(heldout)
-            self._disk_mark = path.stat().st_mtime_ns
+            self._disk_mark = mark
         except AdapterFileError:
             raise
         except Exception as e:  # noqa: BLE001 - torch.load raises many kinds on a damaged file
@@ -281,6 +284,11 @@ def attach(model, bridge, config: AdaptConfig, state_path: Path | None, meta: di
     else:
         warn(f"[omnidraft] resumed adapter {state_path.name} ({adapter.stats.updates} updates so far)")
     return adapter
+
+
+def _stamp(st: os.stat_result) -> tuple:
+    """Which saved version of the file this is (every save is a new file renamed into place)."""
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _example_record(e: Example) -> dict:
