@@ -46,7 +46,7 @@ public final class BundleSession {
     public final LoraTrainer trainer; // null unless the bundle was exported --with-training
     private final java.util.ArrayDeque<org.omnidraft.core.TrainingExample> examples = new java.util.ArrayDeque<>();
     private int replies;
-XX
+    static final double ADAPT_LR = 3e-4; // omnidraft.adaptation.online.AdaptConfig's defaults (the CLI's --adapt-lr)
     static final int ADAPT_STEPS = 2;
     public float lastLoss = Float.NaN;
     public final Set<Integer> chatEos = new HashSet<>();
