@@ -72,7 +72,7 @@ def export(args) -> None:
     model = lora_model(load_model(resolve_model_path(None, DEFAULT_DRAFTER)), LoRAConfig(rank=args.rank))
     args.cache.mkdir(parents=True, exist_ok=True)
     export_training(model, args.cache / "drafter_train.pte", args.window, args.batch, np.arange(args.mapped), 0.2,
-                    xnnpack=args.kernels == "xnnpack")
+                    args.kernels)
     (args.cache / "names.json").write_text(json.dumps(list(lora_parameters(model))))
 
 

@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--train-batch", type=opt.positive_int, default=4,
                      help="training windows per update step (the largest adaptation batch the program takes)")
     exp.add_argument("--train-kernels", choices=("portable", "xnnpack"), default="portable",
-                     help="the update step's kernels: xnnpack is faster but its lowering needs over 23 GB of memory for SmolLM2-135M (fine for small drafters)")
+                     help="the update step's kernels: xnnpack is faster, but lowering SmolLM2-135M "
+                          "to it needs over 23 GB of memory (fine for small drafters)")
     exp.set_defaults(run=cmd_export)
 
     sim = sub.add_parser("simulate", help="run a bundle on onnxruntime as the phone app does (chat)")

@@ -122,7 +122,7 @@ def test_the_portable_program_takes_the_same_step(pair, tiny_checkpoints, tmp_pa
             p.copy_(xnnpack.params[n])
     path = tmp_path / "drafter_train.pte"
     mapping = Mapping.from_bridge(pair.decoder.bridge)
-    meta = export_training(model, path, WINDOW, training["batch"], mapping.draft_ids, training["lam"], xnnpack=False)
+    meta = export_training(model, path, WINDOW, training["batch"], mapping.draft_ids, training["lam"], "portable")
     assert meta["kernels"] == "portable"
     portable = ExecuTorchLearner(path, list(xnnpack.params), WINDOW, training["batch"], len(mapping), LR)
     examples = [an_example(pair)]

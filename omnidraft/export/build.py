@@ -147,8 +147,7 @@ def _export_training(model, path: Path, tmp: Path, vocabs, graphs: dict, context
     lora = lora or LoRAConfig()
     mapping = Mapping.from_bridge(VocabBridge(vocabs["drafter"], vocabs["target"]))
     model = lora_model(model, lora)
-    train = export_training(model, tmp / "drafter_train.pte", window, batch, mapping.draft_ids, lam,
-                            xnnpack=kernels == "xnnpack")
+    train = export_training(model, tmp / "drafter_train.pte", window, batch, mapping.draft_ids, lam, kernels)
     apply_draft_head(model, path)  # after: training keeps the full head; drafter_lora.pte drafts like drafter.pte
     meta = export_lora_drafter(model, tmp / "drafter_lora.pte", context, tokens_per_call)
     graphs["executorch_train"] = "drafter_train.pte"

@@ -2,9 +2,9 @@
 
 Two ExecuTorch programs for the drafter, sharing one LoRA layout:
   - drafter_train.pte: one whole update step as a pure function. Method
-    "forward" takes the LoRA tensors,
-    their two Adam moments (each in bundle.json's "lora_inputs" order), the
-    step number and the learning rate (0-d float32), then a padded batch of B
+    "forward" takes the LoRA tensors, their two Adam moments (each in
+    bundle.json's "lora_inputs" order), the step number and the learning
+    rate (0-d float32), then a padded batch of B
     windows of W draft tokens (ids [B, W]; flat rows into B*W with their
     targets and 0/1 weights: kl_rows, kl_target [B*W, mapped] float32, kl_weight,
     nll_rows, nll_labels, nll_weight). It returns (loss, L_DM, L_ngram, then
@@ -119,7 +119,7 @@ def example_batch(batch: int, window: int, n_mapped: int) -> list[torch.Tensor]:
 
 
 def export_training(model, path: Path, window: int, batch: int, mapped_draft_ids, lam: float,
-                    xnnpack: bool = True) -> dict:
+                    kernels: str = "portable") -> dict:
     """drafter_train.pte from a drafter that already carries LoRA adapters (their values are lora_init's)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
@@ -136,14 +136,14 @@ def export_training(model, path: Path, window: int, batch: int, mapped_draft_ids
         with stage(f"executorch: torch.export of {path.name}"):
             methods = {"forward": _core_aten_empty(torch.export.export(graph, args, strict=False).run_decompositions()),
                        "lora_init": torch.export.export(_Init(lora), (), strict=True)}
-        where = "to XNNPACK" if xnnpack else "(portable kernels)"
-        with stage(f"executorch: lowering {path.name} {where} (slow for real models)"):
-            program = to_edge_transform_and_lower(methods, partitioner=[XnnpackPartitioner()] if xnnpack else [],
+        with stage(f"executorch: lowering {path.name} ({kernels} kernels; slow for real models)"):
+            partitioner = [XnnpackPartitioner()] if kernels == "xnnpack" else []
+            program = to_edge_transform_and_lower(methods, partitioner=partitioner,
                                                   compile_config=EdgeCompileConfig(_check_ir_validity=False))
             program = program.to_executorch()
     path.write_bytes(program.buffer)
     return {"window": window, "batch": batch, "lam": lam, "mapped": len(mapped_draft_ids), "update": RULE.to_dict(),
-            "kernels": "xnnpack" if xnnpack else "portable"}
+            "kernels": kernels}
 
 
 class LoRAInputModel(nn.Module):
