@@ -12,7 +12,7 @@ BUNDLES := $(HOME_DIR)/bundles
 JAVA_BUILD := build/java
 JUNIT_CP := /usr/share/java/junit4.jar:/usr/share/java/hamcrest-core.jar
 
-.PHONY: install prepare demo test test-java golden test-fast test-bundles test-arm64 bundles bench bench-backends bench-peers bench-adapt bench-sampling bench-draft-len bench-suite clean
+.PHONY: install prepare demo test test-java golden test-fast test-bundles test-arm64 bundles bench bench-backends bench-peers bench-adapt bench-adapt-device bench-sampling bench-draft-len bench-suite clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +92,17 @@ bench-adapt: prepare
 	$(BIN)/python benchmarks/adaptation.py --out benchmarks/results/adaptation_prose_chat --domains prose,chat \
 		--configs cache,cache+hybrid-lora --stream 40 --window 10 --heldout 8 --max-new-tokens 24 --forgetting ""
 	$(BIN)/python benchmarks/plot.py
+
+# On-device adaptation against eager, same streams (about 45 minutes on 2 cores, plus a 22-minute
+# export of the training bundle the first time): one process per domain, 1 thread each, in parallel.
+bench-adapt-device: prepare
+	test -f $(BUNDLES)/executorch-train/bundle.json || \
+		$(BIN)/omnidraft export --format executorch --with-training --out $(BUNDLES)/executorch-train
+	for d in code prose chat; do \
+		$(BIN)/python benchmarks/adaptation.py --out benchmarks/results/adaptation_device_$$d --domains $$d \
+			--configs cache,cache+hybrid-lora --learners eager,executorch --bundle $(BUNDLES)/executorch-train \
+			--stream 32 --window 8 --heldout 12 --max-new-tokens 24 --threads 1 --forgetting "" & \
+	done; wait
 
 # Everything side by side (target-only, HF assisted generation, eager / ExecuTorch /
 # onnxruntime, with and without the n-gram cache, auto draft length, LoRA-adapted).

@@ -124,11 +124,19 @@ def test_adapt_stream(tmp_path, tiny_checkpoints):
     stream = tmp_path / "stream.jsonl"
     stream.write_text("\n".join(json.dumps({"prompt": p}) for p in (
         "def mean(xs):\n    return", "import json\n\ndef load(path):\n", "for i in range(10):\n    print(")))
+    held = tmp_path / "eval.jsonl"
+    held.write_text("\n".join(json.dumps({"prompt": p}) for p in ("def add(a, b):\n", "class Point:\n")))
     args = ("adapt", "--stream", str(stream), "--window", "2", "--max-new-tokens", "10", "--adapt-every", "1",
-            "--profile", "ci", "--json", "--target", str(target_path), "--drafter", str(drafter_path))
+            "--profile", "ci", "--json", "--target", str(target_path), "--drafter", str(drafter_path),
+            "--eval", str(held))
     proc = run(*args, home=tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
+    for key in ("eval_before", "eval_after"):  # per held-out prompt counts, for paired comparisons
+        ev = report[key]
+        accepted, drafted, new_tokens, _calls = (sum(col) for col in zip(*ev["per_prompt"]))
+        assert len(ev["per_prompt"]) == 2 and new_tokens == ev["new_tokens"]
+        assert ev["acceptance_rate"] == pytest.approx(accepted / drafted if drafted else 0.0)
     assert [w["prompts"] for w in report["windows"]] == [2, 1]
     assert report["windows"][-1]["updates"] == 2  # so far; the first generation is held out for the guard
     assert report["adaptation"]["updates"] == 2 and report["adaptation"]["learner"] == "eager"

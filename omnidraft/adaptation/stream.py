@@ -64,13 +64,20 @@ def run_stream(
     return windows, outputs
 
 
+# The counts kept per held-out prompt, in this order.
+PER_PROMPT = ("accepted", "drafted", "new_tokens", "target_calls")
+
+
 def evaluate(decoder: SpeculativeDecoder, prompts: list[list[int]], config: GenerationConfig) -> tuple[dict, list]:
     """Held-out evaluation: the drafter as it is now, with adaptation paused (and the prompts kept out of
     the lookup history, so that a later evaluation of the same prompts cannot look them up)."""
-    window = Window()
+    window, per_prompt = Window(), []
     start = time.perf_counter()
     for i, ids in enumerate(prompts):  # same seeds before and after: a paired comparison
-        window.add(decoder.generate(ids, replace(config, seed=config.seed + i), learn=False))
+        result = decoder.generate(ids, replace(config, seed=config.seed + i), learn=False)
+        window.add(result)
+        per_prompt.append([result.stats[k] for k in PER_PROMPT])
     summary = window.summary()
     summary["wall_s"] = time.perf_counter() - start
+    summary["per_prompt"] = per_prompt  # for paired resampling of the prompts (benchmarks/adaptation.py)
     return summary, window.outputs
