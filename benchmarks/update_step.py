@@ -91,9 +91,15 @@ def main() -> int:
         from omnidraft.models import omnidraft_home
 
         args.cache = omnidraft_home() / "update_step" / f"w{args.window}-b{args.batch}-r{args.rank}-m{args.mapped}-{args.kernels}"
-    if not (args.cache / "names.json").exists():
-        export(args)
     ctx = mp.get_context("spawn")
+    if not (args.cache / "names.json").exists():
+        # In a process of its own: Linux keeps a process's peak RSS across fork and exec, so an export in
+        # this process would become the learners' measured peak.
+        p = ctx.Process(target=export, args=(args,))
+        p.start()
+        p.join()
+        if p.exitcode:
+            return 1
     rows = []
     for kind in ("eager", "executorch"):
         queue = ctx.Queue()
