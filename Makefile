@@ -93,7 +93,7 @@ bench-adapt: prepare
 		--configs cache,cache+hybrid-lora --stream 40 --window 10 --heldout 8 --max-new-tokens 24 --forgetting ""
 	$(BIN)/python benchmarks/plot.py
 
-# On-device adaptation against eager, same streams (about 45 minutes on 2 cores, plus a 22-minute
+# On-device adaptation against eager, same streams (about an hour on 2 cores, plus a 22-minute
 # export of the training bundle the first time): one process per domain, 1 thread each, in parallel.
 bench-adapt-device: prepare
 	test -f $(BUNDLES)/executorch-train/bundle.json || \
