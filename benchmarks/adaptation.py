@@ -174,10 +174,9 @@ def paired_gain(before: dict, after: dict, draws: int = 2000, seed: int = 0) -> 
     col = PER_PROMPT.index
     b, a = np.array(before["per_prompt"], float), np.array(after["per_prompt"], float)
     rate = lambda m, idx: m[idx, col("accepted")].sum() / max(m[idx, col("drafted")].sum(), 1)  # noqa: E731
+    resamples = np.random.default_rng(seed).integers(0, len(b), (draws, len(b)))
+    lo, hi = np.percentile([rate(a, i) - rate(b, i) for i in resamples], [5, 95])
     everyone = np.arange(len(b))
-    rng = np.random.default_rng(seed)
-    draws_ = [rate(a, i) - rate(b, i) for i in rng.integers(0, len(b), (draws, len(b)))]
-    lo, hi = np.percentile(draws_, [5, 95])
     return rate(a, everyone) - rate(b, everyone), lo, hi
 
 
@@ -223,17 +222,16 @@ def render_table(r: dict) -> str:
 def gain_table(r: dict) -> list[str]:
     """What adapting gains per domain and learner (cache -> cache+hybrid-lora), and executorch's share of eager's."""
     runs = {(run["domain"], run.get("learner", "eager"), run["config"]): run for run in r["runs"]}
-    rows, gains = [], {}
-    for (domain, learner, config), after in runs.items():
-        before = runs.get((domain, learner, "cache"))
-        if config != "cache+hybrid-lora" or before is None or "per_prompt" not in before["heldout"]:
-            continue
-        gain, lo, hi = paired_gain(before["heldout"], after["heldout"])
-        gains[domain, learner] = gain
-        share = ""
-        if learner == "executorch" and gains.get((domain, "eager"), 0) > 0:
-            share = f"{gain / gains[domain, 'eager']:.0%}"
-        b, a = before["heldout"], after["heldout"]
+    pairs = {(domain, learner): (runs[domain, learner, "cache"]["heldout"], after["heldout"])
+             for (domain, learner, config), after in runs.items()
+             if config == "cache+hybrid-lora" and (domain, learner, "cache") in runs
+             and "per_prompt" in runs[domain, learner, "cache"]["heldout"]}
+    gains = {key: paired_gain(*pair) for key, pair in pairs.items()}
+    rows = []
+    for (domain, learner), (b, a) in pairs.items():
+        gain, lo, hi = gains[domain, learner]
+        eager = gains.get((domain, "eager"), (0.0,))[0]
+        share = f"{gain / eager:.0%}" if learner == "executorch" and eager > 0 else ""
         rows.append(f"| {domain} | {learner} | {b['acceptance_rate']:.3f} -> {a['acceptance_rate']:.3f} | "
                     f"{gain:+.3f} [{lo:+.3f}, {hi:+.3f}] | {b['tokens_per_target_call']:.2f} -> "
                     f"{a['tokens_per_target_call']:.2f} | {share} |")
