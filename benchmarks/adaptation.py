@@ -14,7 +14,9 @@ eager,executorch, every configuration also runs on the phone's path: the bundle'
 target and LoRA-input drafter on ExecuTorch, trained through its update-step program.
 The gain of adapting (held-out acceptance, cache+hybrid-lora minus cache) is then
 reported per learner with a 90% interval from resampling the held-out prompts (the
-same resample for both configurations: a paired comparison).
+same resample for both configurations: a paired comparison). Both learners start
+from the same LoRA tensors (the program's lora_init, or fresh ones drawn with
+--lora-seed), so that a difference between them is the learner's, not the draw's.
 
     .venv/bin/python benchmarks/adaptation.py --out benchmarks/results/adaptation
 """
@@ -31,11 +33,14 @@ import numpy as np
 import torch
 
 from omnidraft import corpora
+from omnidraft.adaptation.examples import Mapping
+from omnidraft.adaptation.learners import EagerLearner, program_lora_init
+from omnidraft.adaptation.lora import LoRAConfig, add_lora, lora_parameters
 from omnidraft.adaptation.online import AdaptConfig, OnlineAdapter
 from omnidraft.adaptation.stream import PER_PROMPT, evaluate, run_stream
 from omnidraft.bundle import load_bundle
 from omnidraft.models import DEFAULT_DRAFTER, load_model, load_tokenizer, load_vocab, resolve_model_path
-from omnidraft.pair import build_eager_pair, learner_for, open_runner
+from omnidraft.pair import build_eager_pair, learner_for, lora_input_names, open_runner
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.runner import EagerRunner
@@ -45,15 +50,24 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import save_results  # noqa: E402
 
 
-def configurations(lr_lora: float, lr_full: float) -> dict:
+def configurations(lr_lora: float, lr_full: float, batch: int, window: int) -> dict:
     """name -> (use the n-gram cache, adaptation config or None)."""
+    size = {"batch": batch, "window": window}
     return {
         "none": (False, None),
         "cache": (True, None),
-        "cache+kl": (True, AdaptConfig(lam=0.0, lr=lr_lora)),
-        "cache+hybrid-full": (True, AdaptConfig(lora=None, lr=lr_full)),
-        "cache+hybrid-lora": (True, AdaptConfig(lr=lr_lora)),
+        "cache+kl": (True, AdaptConfig(lam=0.0, lr=lr_lora, **size)),
+        "cache+hybrid-full": (True, AdaptConfig(lora=None, lr=lr_full, **size)),
+        "cache+hybrid-lora": (True, AdaptConfig(lr=lr_lora, **size)),
     }
+
+
+def seeded_lora(drafter_path: Path, seed: int) -> dict[str, torch.Tensor]:
+    """Fresh LoRA tensors (the default config) drawn with a seed, by name."""
+    model = load_model(drafter_path)
+    torch.manual_seed(seed)
+    add_lora(model, LoRAConfig())
+    return {n: p.detach().clone() for n, p in lora_parameters(model).items()}
 
 
 def main() -> int:
@@ -69,12 +83,17 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr-lora", type=float, default=3e-4)
     ap.add_argument("--lr-full", type=float, default=3e-5)
+    defaults = AdaptConfig()
+    ap.add_argument("--adapt-batch", type=int, default=defaults.batch, help="examples per update step")
+    ap.add_argument("--adapt-window", type=int, default=defaults.window, help="draft tokens per example")
+    ap.add_argument("--lora-seed", type=int, help="start every LoRA learner from fresh adapters drawn with this seed "
+                    "(default: the bundle program's lora_init when it runs, else each learner's own draw)")
     ap.add_argument("--forgetting", default="code:prose", help="adapt:eval domain pairs, comma-separated")
     ap.add_argument("--learners", default="eager", help="eager and/or executorch (needs --bundle), comma-separated")
     ap.add_argument("--bundle", type=Path, help="an ExecuTorch bundle exported --with-training")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    all_configs = configurations(args.lr_lora, args.lr_full)
+    all_configs = configurations(args.lr_lora, args.lr_full, args.adapt_batch, args.adapt_window)
     names = args.configs.split(",")
     learners = args.learners.split(",")
     if "executorch" in learners and args.bundle is None:
@@ -85,9 +104,12 @@ def main() -> int:
     target, target_vocab = pair.decoder.target, pair.target_vocab
     drafter_path = resolve_model_path(None, DEFAULT_DRAFTER)
     draft_vocab = Vocab.from_tokenizer(load_tokenizer(drafter_path))
-    systems = {"eager": Eager(target, target_vocab, drafter_path, draft_vocab)}
+    init = seeded_lora(drafter_path, args.lora_seed) if args.lora_seed is not None else None
+    systems = {}
     if "executorch" in learners:
-        systems["executorch"] = OnExecuTorch(args.bundle, args.threads)
+        systems["executorch"] = OnExecuTorch(args.bundle, args.threads, init)
+        init = systems["executorch"].init
+    systems["eager"] = Eager(target, target_vocab, drafter_path, draft_vocab, init)
     gen = GenerationConfig(max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, eos_ids=pair.eos_ids())
     forgetting = dict(p.split(":") for p in args.forgetting.split(",") if p)
     encode = lambda texts: [pair.encode_prompt(t) for t in texts]  # noqa: E731
@@ -96,7 +118,10 @@ def main() -> int:
     result = {"command": " ".join(["benchmarks/adaptation.py", *sys.argv[1:]]), "threads": args.threads,
               "date": time.strftime("%Y-%m-%d"), "stream": args.stream, "window": args.window,
               "heldout": args.heldout, "max_new_tokens": args.max_new_tokens, "draft_len": args.draft_len,
-              "target": pair.target_name, "drafter": drafter_path.name, "learners": learners, "runs": []}
+              "target": pair.target_name, "drafter": drafter_path.name, "learners": learners,
+              "adapt_batch": args.adapt_batch, "adapt_window": args.adapt_window,
+              "lora_init": ("bundle" if args.lora_seed is None and "executorch" in learners else
+                            f"seed {args.lora_seed}" if args.lora_seed is not None else "per learner"), "runs": []}
     start = time.perf_counter()
     for domain in args.domains.split(","):
         stream = encode(corpora.prompts(domain, args.stream, split="adapt"))
@@ -133,15 +158,22 @@ def main() -> int:
 
 
 class Eager:
-    """The eager pair: the target shared by every configuration, a fresh pretrained drafter per configuration."""
+    """The eager pair: the target shared by every configuration, a fresh pretrained drafter per configuration.
 
-    def __init__(self, target, target_vocab, drafter_path, draft_vocab):
+    `init`: the LoRA tensors every LoRA learner starts from (None: a fresh draw each)."""
+
+    def __init__(self, target, target_vocab, drafter_path, draft_vocab, init=None):
         self.target, self.target_vocab, self.drafter_path, self.draft_vocab = target, target_vocab, drafter_path, draft_vocab
+        self.init = init
 
     def decoder(self, use_cache: bool, adapt: AdaptConfig | None) -> SpeculativeDecoder:
         drafter = EagerRunner(load_model(self.drafter_path), 2 * self.target.max_context, name="drafter")
         drafting = DraftModel.between(self.target, self.target_vocab, drafter, self.draft_vocab, ngram_cache=use_cache)
-        adapter = OnlineAdapter(drafter.model, drafting.bridge, adapt) if adapt else None
+        adapter = None
+        if adapt:
+            init = self.init if adapt.lora is not None else None
+            learner = EagerLearner(drafter.model, adapt, Mapping.from_bridge(drafting.bridge), init)
+            adapter = OnlineAdapter(learner, drafting.bridge, adapt)
         return SpeculativeDecoder(self.target, self.target_vocab, drafting, adapter)
 
 
@@ -150,11 +182,16 @@ class OnExecuTorch:
 
     Every configuration, adapting or not, drafts through the LoRA-input graph (zero adapters
     until an update), so that the baseline and the adapted run share one drafter program.
+    `init`: the LoRA tensors to start from (None: the program's lora_init, then kept in .init).
     """
 
-    def __init__(self, bundle_dir: Path, threads: int):
+    def __init__(self, bundle_dir: Path, threads: int, init=None):
         self.bundle = load_bundle(bundle_dir)
         self.threads = threads
+        if init is None:
+            train = self.bundle.root / self.bundle.model("drafter").graphs["executorch_train"]
+            init = program_lora_init(train, lora_input_names(self.bundle))
+        self.init = init
         self.target = open_runner(self.bundle, "target", "executorch", threads)
         self.target_vocab = load_vocab(self.bundle.tokenizer_dir("target"))
         self.draft_vocab = load_vocab(self.bundle.tokenizer_dir("drafter"))
@@ -164,7 +201,7 @@ class OnExecuTorch:
         drafting = DraftModel.between(self.target, self.target_vocab, drafter, self.draft_vocab, ngram_cache=use_cache)
         adapter = None
         if adapt:
-            adapter = OnlineAdapter(learner_for(self.bundle, drafting, adapt), drafting.bridge, adapt)
+            adapter = OnlineAdapter(learner_for(self.bundle, drafting, adapt, self.init), drafting.bridge, adapt)
         return SpeculativeDecoder(self.target, self.target_vocab, drafting, adapter)
 
 
@@ -186,7 +223,9 @@ def render_table(r: dict) -> str:
         f"Online adaptation, {r['drafter']} -> {r['target']}, greedy, {r['max_new_tokens']} new tokens, "
         f"draft length {r['draft_len']}, {r['threads']} threads, {r['date']}. Stream of {r['stream']} prompts per "
         f"domain (windows of {r['window']}); held-out: {r['heldout']} prompts the adaptation never saw. "
-        f"Learners: {', '.join(learners)} (eager: torch target and drafter; executorch: the bundle's programs).",
+        f"Learners: {', '.join(learners)} (eager: torch target and drafter; executorch: the bundle's programs)"
+        + (f"; update steps of {r['adapt_batch']} x {r['adapt_window']} tokens, LoRA init: {r['lora_init']}"
+           if "lora_init" in r else "") + ".",
         "",
         "| domain | learner | config | acceptance per window | held-out acceptance | held-out tokens / call | "
         "held-out tok/s | updates (rolled back) | s / update step | extra memory MB |",

@@ -342,26 +342,33 @@ def _open_adapter(pair: Pair, drafting: DraftModel, o: PairOptions):
         raise OmniDraftError(str(e)) from None
 
 
-def learner_for(bundle, drafting: DraftModel, config):
-    """What an OnlineAdapter trains: the eager drafter model, or the bundle's ExecuTorch training program."""
+def learner_for(bundle, drafting: DraftModel, config, init=None):
+    """What an OnlineAdapter trains: the eager drafter model, or the bundle's ExecuTorch training program.
+
+    `init`: LoRA tensors by name for the ExecuTorch learner to start from (default: the program's own)."""
     drafter = drafting.drafter if drafting is not None else None
     if drafter is None:
         raise OmniDraftError("adaptation needs a drafter (drop --no-speculation)")
     if bundle is not None:
-        return _executorch_learner(bundle, drafting, config)
+        return _executorch_learner(bundle, drafting, config, init)
     if drafter.backend == "eager":
         return drafter.model
     raise OmniDraftError(f"adaptation runs on the eager or executorch backend, not {drafter.backend}")
 
 
-def _executorch_learner(bundle, drafting: DraftModel, config):
+def lora_input_names(bundle, backend: str = "executorch") -> list[str]:
+    """The drafter's LoRA tensors in the order the bundle's programs take them."""
+    return [name for name, _shape in _training_section(bundle, backend)["lora_inputs"]]
+
+
+def _executorch_learner(bundle, drafting: DraftModel, config, init=None):
     from .adaptation.examples import Mapping
     from .adaptation.learners import ExecuTorchLearner
 
     drafter = drafting.drafter
     training = _training_section(bundle, drafter.backend)
     graphs = bundle.model("drafter").graphs
-    names = [name for name, _shape in training["lora_inputs"]]
+    names = lora_input_names(bundle, drafter.backend)
     n_mapped = len(Mapping.from_bridge(drafting.bridge))
     if n_mapped != training["mapped"]:
         raise OmniDraftError("the bundle's training graph was exported for another vocabulary mapping")
@@ -370,7 +377,7 @@ def _executorch_learner(bundle, drafting: DraftModel, config):
                              f"not {config.batch}: re-export with --train-batch {config.batch}")
     try:
         return ExecuTorchLearner(bundle.root / graphs["executorch_train"], names, int(training["window"]),
-                                 int(training["batch"]), n_mapped, config.lr, drafter)
+                                 int(training["batch"]), n_mapped, config.lr, drafter, init)
     except Exception as e:  # noqa: BLE001 - a damaged or foreign program is a user problem
         raise OmniDraftError(f"cannot load the bundle's training program: {str(e).splitlines()[0][:200]}") from e
 

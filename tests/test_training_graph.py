@@ -54,12 +54,12 @@ def an_example(pair, text=" return a + b  # café 中文 🍵", seed=0):
     return example
 
 
-def learner_for(pair, lr=LR):
+def learner_for(pair, lr=LR, init=None):
     training = pair.bundle.manifest.training
     names = [n for n, _ in training["lora_inputs"]]
     path = pair.bundle.root / pair.bundle.model("drafter").graphs["executorch_train"]
     return ExecuTorchLearner(path, names, training["window"], training["batch"], training["mapped"], lr,
-                             pair.decoder.drafter)
+                             pair.decoder.drafter, init)
 
 
 def eager_twin(tiny_checkpoints, learner):
@@ -94,10 +94,7 @@ def test_steps_through_the_program_match_eager_steps(pair, tiny_checkpoints):
     model = load_model(tiny_checkpoints["drafter"])
     apply_draft_head(model, tiny_checkpoints["drafter"])
     model.config._attn_implementation = "eager"
-    eager = EagerLearner(model, AdaptConfig(lora=LORA, lr=LR), mapping)
-    with torch.no_grad():
-        for n, p in eager.trainable.items():
-            p.copy_(learner.params[n])
+    eager = EagerLearner(model, AdaptConfig(lora=LORA, lr=LR), mapping, init=learner.params)
     before = {n: t.clone() for n, t in learner.params.items()}
     for examples in batches:
         et_losses = learner.step(examples)
@@ -129,6 +126,29 @@ def test_the_portable_program_takes_the_same_step(pair, tiny_checkpoints, tmp_pa
     np.testing.assert_allclose(portable.step(examples), xnnpack.step(examples), atol=1e-4, rtol=1e-4)
     for n, t in xnnpack.params.items():
         torch.testing.assert_close(portable.params[n], t, atol=1e-5, rtol=1e-4)
+
+
+def test_learners_start_from_given_lora_tensors(pair, tiny_checkpoints):
+    """Both learners can start from the same adapters (a benchmark compares learners, not random draws)."""
+    start = {n: t + 0.01 * (i + 1) for i, (n, t) in enumerate(learner_for(pair).params.items())}
+    learner = learner_for(pair, init=start)
+    for (n, t), fed in zip(learner.params.items(), pair.decoder.drafter.extra_inputs):
+        assert torch.equal(t, start[n]) and torch.equal(fed, start[n])  # the drafter decodes with them at once
+    mapping = Mapping.from_bridge(pair.decoder.bridge)
+    eager = EagerLearner(lora_free_drafter(tiny_checkpoints), AdaptConfig(lora=LORA, lr=LR), mapping, init=start)
+    assert all(torch.equal(p.detach(), start[n]) for n, p in eager.trainable.items())
+    wrong = dict(start, **{next(iter(start)): torch.zeros(3)})
+    with pytest.raises(ValueError):
+        learner_for(pair, init=wrong)
+    with pytest.raises(ValueError):
+        EagerLearner(lora_free_drafter(tiny_checkpoints), AdaptConfig(lora=None), mapping, init=start)
+    learner_for(pair)  # leave the shared drafter's inputs as the other tests expect them
+
+
+def lora_free_drafter(tiny_checkpoints):
+    model = load_model(tiny_checkpoints["drafter"])
+    apply_draft_head(model, tiny_checkpoints["drafter"])
+    return model
 
 
 def test_a_saved_state_resumes_the_same_trajectory(pair):

@@ -28,14 +28,21 @@ from .update_rule import RULE
 
 
 class EagerLearner:
-    def __init__(self, model, config, mapping: Mapping):
+    """`init`: the LoRA tensors to start from, by name (say an ExecuTorch program's lora_init, so that
+    both learners start alike); None draws fresh adapters."""
+
+    def __init__(self, model, config, mapping: Mapping, init: dict[str, torch.Tensor] | None = None):
         self.model = model
         self.config = config
         self.mapped = torch.from_numpy(mapping.draft_ids)
         if config.lora is not None:
             add_lora(model, config.lora)
             self.trainable = lora_parameters(model)
+            if init is not None:
+                copy_into(self.trainable, init)
         else:
+            if init is not None:
+                raise ValueError("starting LoRA tensors given for full fine-tuning")
             model.requires_grad_(True)
             self.trainable = dict(model.named_parameters())
         self.params = list(self.trainable.values())
@@ -101,20 +108,20 @@ class ExecuTorchLearner:
     """LoRA training through the bundle's exported update step (drafter_train.pte, a fixed batch and window).
 
     One program call per step: the LoRA tensors, their Adam moments and the step number go in,
-    the updated ones come out (the same rule as the eager learner, update_rule.py).
+    the updated ones come out (the same rule as the eager learner, update_rule.py). The LoRA
+    tensors start from the program's lora_init, or from `init` (by name) when given.
     """
 
     def __init__(self, train_pte: Path, lora_names: list[str], window: int, batch: int, n_mapped: int, lr: float,
-                 drafter_runner=None):
+                 drafter_runner=None, init: dict[str, torch.Tensor] | None = None):
         from executorch.runtime import Runtime
 
         self.window, self.batch, self.n_mapped, self.lr = window, batch, n_mapped, lr
         program = Runtime.get().load_program(str(train_pte))
         self.update = program.load_method("forward")
-        fresh = program.load_method("lora_init").execute([])
-        if len(fresh) != len(lora_names):
-            raise ValueError("the training program's tensors do not match the drafter's LoRA inputs")
-        self.params = {n: t.clone() for n, t in zip(lora_names, fresh)}  # updated in place by every step
+        self.params = program_lora_init(program, lora_names)  # updated in place by every step
+        if init is not None:
+            copy_into(self.params, init)
         self.exp_avg = {n: torch.zeros_like(t) for n, t in self.params.items()}
         self.exp_avg_sq = {n: torch.zeros_like(t) for n, t in self.params.items()}
         self.steps = 0
@@ -181,3 +188,17 @@ class ExecuTorchLearner:
     def extra_bytes(self) -> dict[str, int]:
         size = lambda d: sum(t.numel() * t.element_size() for t in d.values())  # noqa: E731
         return {"trainable": size(self.params), "optimizer": size(self.exp_avg) + size(self.exp_avg_sq)}
+
+
+def program_lora_init(program, lora_names: list[str]) -> dict[str, torch.Tensor]:
+    """The fresh LoRA tensors an update-step program was exported with (its "lora_init" method), by name.
+
+    `program`: a loaded ExecuTorch program, or the path of drafter_train.pte."""
+    if isinstance(program, (str, Path)):
+        from executorch.runtime import Runtime
+
+        program = Runtime.get().load_program(str(program))
+    fresh = program.load_method("lora_init").execute([])
+    if len(fresh) != len(lora_names):
+        raise ValueError("the training program's tensors do not match the drafter's LoRA inputs")
+    return {n: t.clone() for n, t in zip(lora_names, fresh)}
