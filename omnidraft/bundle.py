@@ -284,17 +284,7 @@ def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise OmniDraftError(f"bundle.json in {root} is corrupt ({type(e).__name__})") from None
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        raise OmniDraftError(f"{path} is not an OmniDraft bundle manifest")
-    if raw.get("version") not in READABLE_VERSIONS:
-        raise OmniDraftError(
-            f"bundle version {raw.get('version')} is not supported (this omnidraft reads versions "
-            f"{', '.join(map(str, READABLE_VERSIONS))}); re-export it"
-        )
-    try:
-        manifest = Manifest.parse(raw)
-    except (KeyError, TypeError, ValueError) as e:
-        raise OmniDraftError(f"bundle.json in {root} is missing field (or has a bad value) {e}") from None
+    manifest = read_manifest(raw, path)
     for rel, entry in manifest.files.items():
         f = root / rel
         if not f.is_file():
@@ -304,6 +294,29 @@ def load_bundle(root: str | Path, verify_hashes: bool = True) -> Bundle:
         if verify_hashes and sha256_file(f) != entry["sha256"]:
             raise OmniDraftError(f"bundle file {rel} does not match its sha256 (corrupt or replaced); re-export the bundle")
     return Bundle(root, manifest)
+
+
+class ManifestError(OmniDraftError):
+    """bundle.json is not a readable manifest; `field` names what is wrong ("format", "version" or a field path)."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+def read_manifest(raw, path: Path) -> Manifest:
+    """bundle.json's JSON, checked in full: format, version, then every field (ManifestError naming it).
+    The app's core reads the same fields with the same checks (android_demo: BundleManifest.java)."""
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise ManifestError(f"{path} is not an OmniDraft bundle manifest", "format")
+    if raw.get("version") not in READABLE_VERSIONS:
+        raise ManifestError(f"bundle version {raw.get('version')} is not supported (this omnidraft reads versions "
+                            f"{', '.join(map(str, READABLE_VERSIONS))}); re-export it", "version")
+    try:
+        return Manifest.parse(raw)
+    except (KeyError, TypeError, ValueError) as e:
+        field = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+        raise ManifestError(f"bundle.json in {path.parent} is missing field (or has a bad value) {e}", field) from None
 
 
 def _need(ok: bool, field: str) -> None:

@@ -8,7 +8,9 @@ operations and what each returned), DIR/bridge.json (draft runs of the real
 pair turned into target proposals through a learned cache) and DIR/verify.json
 (greedy and sampling decisions from given logits and given uniform draws),
 DIR/training.json (a LoRA training example and its padded window) and
-DIR/lookup.json (lookup's history index, continuations, scorer and prefix choice) and
+DIR/lookup.json (lookup's history index, continuations, scorer and prefix choice),
+DIR/manifest.json (a current bundle.json as export writes it, and damaged copies with the field
+the Python loader names) and
 DIR/families.json (the GPT-2, Llama-3, Qwen2, Phi-3 and cl100k tokenizers and their bridge from the
 default drafter, prepared on first use: tokenizer_families.py). The Java side must match
 every value exactly.
@@ -186,6 +188,75 @@ def training_vectors(vocabs: dict, window: int = 48) -> dict:
             "kl_target_head": kl_target[:, :8].tolist(), "kl_target_sum": float(kl_target.astype(np.float64).sum())}
 
 
+def manifest_vectors(vocabs: dict) -> dict:
+    """A bundle.json of the current version (with a training program), checked by the Python loader, and
+    damaged copies: each with the field the loader's error names (the app's reader must name it too)."""
+    import copy
+
+    from .adaptation.examples import Mapping
+    from .adaptation.update_rule import RULE
+    from .bundle import VERSION, Manifest, ManifestError, ModelEntry, read_manifest
+
+    def entry(role, vocab, layers, graphs, **extra):
+        return ModelEntry(f"tiny-{role}", len(vocab), 64, 5, [layers, 1, 1, 64, 16], f"tokenizers/{role}",
+                          vocab.fingerprint, graphs, executorch_ops=["llama"], **extra)
+
+    drafter_graphs = {"executorch": "drafter.pte", "executorch_train": "drafter_train.pte",
+                      "executorch_lora": "drafter_lora.pte"}
+    models = {"target": entry("target", vocabs["target"], 2, {"executorch": "target.pte"}),
+              "drafter": entry("drafter", vocabs["drafter"], 2, drafter_graphs,
+                               acceptance_head={"features": 67, "inputs": ["head_weight", "head_bias"],
+                                                "outputs": ["head_features", "accept_prob"]})}
+    rels = ["target.pte", *drafter_graphs.values(), "tokenizers/target/tokenizer.json",
+            "tokenizers/drafter/tokenizer.json", "ngram_cache.json"]
+    files = {rel: {"size": 1000 + i, "sha256": f"{i:064x}"} for i, rel in enumerate(rels)}
+    lora = [[f"model.layers.{i}.self_attn.q_proj.lora_{ab}", [4, 64] if ab == "A" else [64, 4]]
+            for i in range(2) for ab in "AB"]
+    mapped = len(Mapping.from_bridge(VocabBridge(vocabs["drafter"], vocabs["target"])))
+    training = {"window": 64, "batch": 2, "lam": 0.2, "mapped": mapped, "update": RULE.to_dict(),
+                "kernels": "portable", "lora": {"rank": 4, "alpha": 8.0, "targets": ["q_proj"]}, "lora_inputs": lora}
+    good = Manifest(64, 4, "none", VocabBridge(vocabs["drafter"], vocabs["target"]).pair_id, models, files,
+                    eos_ids=[1, 106], chat_eos_ids=[106], ngram_cache="ngram_cache.json", training=training,
+                    created="2026-12-05").to_dict()
+    assert good["version"] == VERSION
+    read_manifest(good, Path("bundle.json"))
+
+    def damaged(fn):
+        m = copy.deepcopy(good)
+        fn(m)
+        try:
+            read_manifest(m, Path("bundle.json"))
+        except ManifestError as e:
+            return {"manifest": json.dumps(m, indent=1), "field": e.field}
+        raise AssertionError("a damaged manifest was accepted")
+
+    plain = copy.deepcopy(good)  # exported without --with-training
+    plain["training"] = None
+    for key in ("executorch_train", "executorch_lora"):
+        del plain["models"]["drafter"]["graphs"][key]
+    read_manifest(plain, Path("bundle.json"))
+
+    damages = [
+        lambda m: m.update(format="something-else"),
+        lambda m: m.update(version=VERSION + 1),
+        lambda m: m["models"]["target"].pop("tokenizer_fingerprint"),
+        lambda m: m["models"]["drafter"].update(vocab_size=0),
+        lambda m: m["models"]["drafter"]["graphs"].update(executorch="../outside.pte"),
+        lambda m: m["files"].pop("drafter_lora.pte"),
+        lambda m: m["files"]["target.pte"].update(size=-1),
+        lambda m: m.update(max_draft_len=0),
+        lambda m: m["training"].update(batch=0),
+        lambda m: m["training"]["update"].update(optimizer="sgd"),
+        lambda m: m["training"].update(lora_inputs=[["x", [0, 4]]]),
+        lambda m: m["models"]["drafter"]["graphs"].pop("executorch_lora"),
+        lambda m: m.update(chat_eos_ids=[len(vocabs["target"])]),
+        lambda m: m.update(ngram_cache="not_listed.json"),
+        lambda m: m["models"]["drafter"]["acceptance_head"].update(features=1),
+    ]
+    return {"version": VERSION, "manifest": json.dumps(good, indent=1), "without_training": json.dumps(plain, indent=1),
+            "damaged": [damaged(fn) for fn in damages]}
+
+
 LOOKUP_DOCS = [
     "id,user,city\n1,ana,paris\n2,ben,rome\n3,chen,oslo\n",
     "def area(r):\n    return 3.14159 * r * r\n\ndef perimeter(r):\n    return 2 * 3.14159 * r\n",
@@ -244,7 +315,7 @@ def write_all(out: Path) -> None:
     rng = np.random.default_rng(0)
     files = {"tokenizers.json": tokenizer_vectors(vocabs), "ngram_cache.json": cache_vectors(rng),
              "bridge.json": bridge_vectors(vocabs), "verify.json": verify_vectors(rng),
-             "training.json": training_vectors(vocabs), "lookup.json": lookup_vectors(vocabs),
+             "training.json": training_vectors(vocabs), "lookup.json": lookup_vectors(vocabs), "manifest.json": manifest_vectors(vocabs),
              "families.json": family_vectors(vocabs["drafter"])}
     for name, data in files.items():
         write_bytes_atomic(Path(out) / name, json.dumps(data, ensure_ascii=False).encode("utf-8"))

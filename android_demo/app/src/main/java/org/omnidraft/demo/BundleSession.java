@@ -10,6 +10,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.omnidraft.core.AcceptanceHead;
+import org.omnidraft.core.BundleManifest;
 import org.omnidraft.core.DraftLength;
 import org.omnidraft.core.Hybrid;
 import org.omnidraft.core.Json;
@@ -68,65 +69,54 @@ public final class BundleSession {
     public BundleSession(File dir, File stateDir) throws BundleError, IOException {
         File manifestFile = new File(dir, "bundle.json");
         if (!manifestFile.isFile()) throw new BundleError("not a bundle (no bundle.json) in " + dir);
-        Map<String, Object> m;
+        BundleManifest m;
         try {
-            m = Json.object(Json.parse(Files.readString(manifestFile.toPath(), StandardCharsets.UTF_8)));
-        } catch (IllegalArgumentException e) {
-            throw new BundleError("bundle.json is corrupt: " + e.getMessage());
+            m = BundleManifest.parse(Files.readString(manifestFile.toPath(), StandardCharsets.UTF_8));
+        } catch (BundleManifest.Invalid e) {
+            throw new BundleError(e.getMessage());
         }
-        if (!"omnidraft-bundle".equals(m.get("format"))) throw new BundleError("bundle.json is not an OmniDraft bundle manifest");
-        int version = ((Number) m.get("version")).intValue();
-        if (version < 1 || version > 3) throw new BundleError("bundle version " + version + " is not supported; re-export it");
-        for (Map.Entry<String, Object> f : Json.object(m.get("files")).entrySet()) {
+        for (Map.Entry<String, Long> f : m.fileSizes.entrySet()) {
             File file = new File(dir, f.getKey());
-            long size = ((Number) Json.object(f.getValue()).get("size")).longValue();
             if (!file.isFile()) throw new BundleError("bundle is missing " + f.getKey());
-            if (file.length() != size) throw new BundleError("bundle file " + f.getKey() + " has the wrong size; push it again");
+            if (file.length() != f.getValue()) throw new BundleError("bundle file " + f.getKey() + " has the wrong size; push it again");
         }
-        Map<String, Object> models = Json.object(m.get("models"));
-        Map<String, Object> t = Json.object(models.get("target")), d = Json.object(models.get("drafter"));
-        targetTok = tokenizer(dir, t);
-        draftTok = tokenizer(dir, d);
-        Object headSpec = d.get("acceptance_head");
-        head = headSpec == null ? null : new AcceptanceHead(((Number) Json.object(headSpec).get("features")).intValue());
+        targetTok = tokenizer(dir, m.target);
+        draftTok = tokenizer(dir, m.drafter);
+        head = m.drafter.acceptanceHeadFeatures == 0 ? null : new AcceptanceHead(m.drafter.acceptanceHeadFeatures);
         onlineHead = head == null ? null : new OnlineHead(head, 4096);
-        target = runner(dir, t, null, "executorch");
-        Object training = m.get("training");
-        if (training != null) { // the drafter that takes LoRA tensors, fed by the training program's live ones
-            Map<String, Object> tr = Json.object(training);
-            if (tr.get("update") == null) throw new IOException("the bundle's training program is of an older format: re-export it with --with-training");
-            String trainPte = new File(dir, (String) Json.object(d.get("graphs")).get("executorch_train")).getPath();
-            trainer = new LoraTrainer(trainPte, Json.array(tr.get("lora_inputs")).size(), ((Number) tr.get("window")).intValue(),
-                    ((Number) tr.get("batch")).intValue(), ((Number) tr.get("mapped")).intValue(), ADAPT_LR);
-            drafter = runner(dir, d, head, "executorch_lora");
+        target = runner(dir, m.target, null, "executorch");
+        if (m.training != null) { // the drafter that takes LoRA tensors, fed by the training program's live ones
+            if (!m.training.updateStep) throw new BundleError("the bundle's training program is of an older format: re-export it with --with-training");
+            trainer = new LoraTrainer(new File(dir, m.drafter.graphs.get("executorch_train")).getPath(), m.training.loraInputs.size(),
+                    m.training.window, m.training.batch, m.training.mapped, ADAPT_LR);
+            drafter = runner(dir, m.drafter, head, "executorch_lora");
             drafter.extraInputs = trainer.loraInputs();
         } else {
             trainer = null;
-            drafter = runner(dir, d, head, "executorch");
+            drafter = runner(dir, m.drafter, head, "executorch");
         }
         bridge = new VocabBridge(draftTok, targetTok);
-        maxDraftLen = ((Number) m.get("max_draft_len")).intValue();
-        pairId = (String) m.get("pair_id");
-        for (Object id : Json.array(m.get("chat_eos_ids"))) chatEos.add(((Number) id).intValue());
+        maxDraftLen = m.maxDraftLen;
+        pairId = m.pairId;
+        chatEos.addAll(m.chatEosIds);
         cacheFile = new File(stateDir, "ngram_cache.json");
-        File shipped = m.get("ngram_cache") == null ? null : new File(dir, (String) m.get("ngram_cache"));
+        File shipped = m.ngramCache == null ? null : new File(dir, m.ngramCache);
         cache = loadCache(cacheFile.isFile() ? cacheFile : shipped, pairId);
     }
 
-    private static Tokenizer tokenizer(File dir, Map<String, Object> model) throws BundleError, IOException {
-        Tokenizer tok = Tokenizer.load(new File(dir, model.get("tokenizer") + "/tokenizer.json").toPath());
-        if (!tok.fingerprint.equals(model.get("tokenizer_fingerprint"))) {
-            throw new BundleError("the tokenizer of " + model.get("name") + " does not match the exported model");
+    private static Tokenizer tokenizer(File dir, BundleManifest.Model model) throws BundleError, IOException {
+        Tokenizer tok = Tokenizer.load(new File(dir, model.tokenizer + "/tokenizer.json").toPath());
+        if (!tok.fingerprint.equals(model.tokenizerFingerprint)) {
+            throw new BundleError("the tokenizer of " + model.name + " does not match the exported model");
         }
         return tok;
     }
 
-    private static ExecuTorchRunner runner(File dir, Map<String, Object> model, AcceptanceHead head, String graph)
+    private static ExecuTorchRunner runner(File dir, BundleManifest.Model model, AcceptanceHead head, String graph)
             throws BundleError {
-        Object pte = Json.object(model.get("graphs")).get(graph);
-        if (pte == null) throw new BundleError("the bundle has no ExecuTorch program for " + model.get("name") + " (export --format executorch)");
-        return new ExecuTorchRunner(new File(dir, (String) pte).getPath(), ((Number) model.get("vocab_size")).intValue(),
-                ((Number) model.get("max_context")).intValue(), head);
+        String pte = model.graphs.get(graph);
+        if (pte == null) throw new BundleError("the bundle has no ExecuTorch program for " + model.name + " (export --format executorch)");
+        return new ExecuTorchRunner(new File(dir, pte).getPath(), model.vocabSize, model.maxContext, head);
     }
 
     private static NGramCache loadCache(File file, String pairId) {
