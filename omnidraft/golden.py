@@ -170,7 +170,7 @@ def synthetic_rows(n: int, vocab: int) -> np.ndarray:
 
 def training_vectors(vocabs: dict, window: int = 48) -> dict:
     """A LoRA training example from committed tokens (KL and NLL units) and its padded window."""
-    from .adaptation.examples import ExampleBuilder, Mapping
+    from .adaptation.examples import ExampleBuilder, Mapping, unit_hits
 
     bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
     mapping = Mapping.from_bridge(bridge)
@@ -181,7 +181,14 @@ def training_vectors(vocabs: dict, window: int = 48) -> dict:
     builder.add(committed, rows)
     example = builder.build()
     ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight = example.padded(window, len(mapping))
-    return {"prompt": prompt, "committed": committed, "window": window, "mapped": len(mapping),
+    # the adapter's guard: a held-out example's last tokens, and a drafter's greedy choices scored on its units
+    held = example.window(len(example) - 9)  # cuts the first units off
+    choice = np.append(held.ids[1:], 0)
+    choice[np.arange(len(choice)) % 7 == 3] += 1  # some choices wrong: some units missed
+    guard = {"window": len(held), "units": [list(u) for u in held.units], "choice": choice.tolist(),
+             "hits": unit_hits(held, choice)}
+    assert 0 < guard["hits"] < len(held.units)
+    return {"units": [list(u) for u in example.units], "guard": guard,"prompt": prompt, "committed": committed, "window": window, "mapped": len(mapping),
             "example_ids": example.ids.tolist(), "kl_pos": example.kl_pos.tolist(), "nll_pos": example.nll_pos.tolist(),
             "ids": ids.tolist(), "kl_rows": kl_rows.tolist(), "kl_weight": kl_weight.tolist(),
             "nll_rows": nll_rows.tolist(), "nll_labels": nll_labels.tolist(), "nll_weight": nll_weight.tolist(),

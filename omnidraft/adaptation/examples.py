@@ -88,6 +88,12 @@ class Example:
         return ids, kl_rows, kl_target, kl_weight, nll_rows, nll_labels, nll_weight
 
 
+def unit_hits(example: Example, choice: np.ndarray) -> int:
+    """How many of the example's committed tokens the drafter's greedy choices reproduce in full
+    (choice[i]: its argmax after ids[:i + 1]): the greedy acceptance of one round, teacher-forced."""
+    return sum(bool(np.array_equal(choice[a : z + 1], example.ids[a + 1 : z + 2])) for a, z in example.units)
+
+
 def padded_batch(examples: list[Example], batch: int, window: int, n_mapped: int, pad_id: int = 0) -> list:
     """Up to `batch` examples as the training program's fixed-shape inputs (missing ones all padding):
     ids [batch, window], then flat rows into batch * window with their targets and 0/1 weights:

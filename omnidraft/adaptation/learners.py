@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..draft_head import refresh_draft_head
-from .examples import Example, Mapping, padded_batch
+from .examples import Example, Mapping, padded_batch, unit_hits
 from .lora import LoRALinear, add_lora, check_fits, copy_into, forget_merged, lora_parameters
 from .loss import Batch, batch_loss, greedy_acceptance
 from .update_rule import RULE
@@ -155,10 +155,8 @@ class ExecuTorchLearner:
         runner = self.drafter
         for e in examples:
             runner.reset()
-            choice = runner.forward(e.ids, 0, len(e.ids)).argmax(-1)
-            for a, z in e.units:
-                hits += bool(np.array_equal(choice[a : z + 1], e.ids[a + 1 : z + 2]))
-                total += 1
+            hits += unit_hits(e, runner.forward(e.ids, 0, len(e.ids)).argmax(-1))
+            total += len(e.units)
         runner.reset()
         return hits / max(total, 1)
 

@@ -18,6 +18,7 @@ import org.omnidraft.core.Lookup;
 import org.omnidraft.core.LookupScorer;
 import org.omnidraft.core.NGramCache;
 import org.omnidraft.core.OnlineHead;
+import org.omnidraft.core.OnlineSchedule;
 import org.omnidraft.core.Sampler;
 import org.omnidraft.core.SpeculativeLoop;
 import org.omnidraft.core.Tokenizer;
@@ -45,11 +46,11 @@ public final class BundleSession {
     public final int maxDraftLen;
     public final String pairId;
     public final LoraTrainer trainer; // null unless the bundle was exported --with-training
-    private final java.util.ArrayDeque<org.omnidraft.core.TrainingExample> examples = new java.util.ArrayDeque<>();
-    private int replies;
+    private final OnlineSchedule schedule; // null unless the bundle was exported --with-training
+    private final int drafterChunk; // tokens per drafter call
     static final double ADAPT_LR = 3e-4; // omnidraft.adaptation.online.AdaptConfig's defaults (the CLI's --adapt-lr)
-    static final int ADAPT_STEPS = 2;
     public float lastLoss = Float.NaN;
+    public int updates, rollbacks;
     public final Set<Integer> chatEos = new HashSet<>();
     private final File cacheFile;
 
@@ -91,10 +92,13 @@ public final class BundleSession {
                     m.training.window, m.training.batch, m.training.mapped, ADAPT_LR);
             drafter = runner(dir, m.drafter, head, "executorch_lora");
             drafter.extraInputs = trainer.loraInputs();
+            schedule = new OnlineSchedule(m.training.batch, m.training.window);
         } else {
             trainer = null;
             drafter = runner(dir, m.drafter, head, "executorch");
+            schedule = null;
         }
+        drafterChunk = m.drafter.maxTokensPerCall;
         bridge = new VocabBridge(draftTok, targetTok);
         maxDraftLen = m.maxDraftLen;
         pairId = m.pairId;
@@ -184,13 +188,20 @@ public final class BundleSession {
         return out;
     }
 
-    /** Every 4 replies, ADAPT_STEPS update steps on the newest (up to the program's batch) examples, as the Python
-     *  adapter's defaults do (AdaptConfig: every 4, batch 4, 2 steps, lr 3e-4). */
+    /** The Python adapter's schedule and guard (OnlineSchedule): every 4 replies, 2 update steps on the newest
+     *  examples (up to the program's batch), kept only if the drafter's greedy acceptance on the held-out replies
+     *  does not drop; lr 3e-4 (AdaptConfig's defaults). */
     private void adapt(org.omnidraft.core.TrainingExample example) {
-        examples.addLast(example);
-        while (examples.size() > trainer.batch) examples.removeFirst();
-        if (++replies % 4 != 0) return;
-        for (int s = 0; s < ADAPT_STEPS; s++) lastLoss = trainer.step(new ArrayList<>(examples));
+        if (!schedule.add(example)) return;
+        double before = schedule.acceptance(drafter, drafterChunk);
+        LoraTrainer.State saved = trainer.state();
+        for (int s = 0; s < OnlineSchedule.STEPS; s++) lastLoss = trainer.step(schedule.batch());
+        double after = schedule.acceptance(drafter, drafterChunk);
+        updates++;
+        if (after < before) { // NaN (nothing held out yet) keeps the update
+            trainer.restore(saved);
+            rollbacks++;
+        }
         drafter.rollback(0); // new weights: the drafter's cached keys and values are stale
     }
 

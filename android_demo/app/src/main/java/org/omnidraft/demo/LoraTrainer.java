@@ -71,6 +71,33 @@ public final class LoraTrainer {
         return out[0].toTensor().getDataAsFloatArray()[0];
     }
 
+    /** Everything a step changes: the LoRA tensors, their Adam moments and the step count (copies). */
+    public static final class State {
+        final List<Tensor> lora = new ArrayList<>(), expAvg = new ArrayList<>(), expAvgSq = new ArrayList<>();
+        final int steps;
+
+        State(LoraTrainer t) {
+            for (Tensor x : t.lora) lora.add(copy(x));
+            for (Tensor x : t.expAvg) expAvg.add(copy(x));
+            for (Tensor x : t.expAvgSq) expAvgSq.add(copy(x));
+            steps = t.steps;
+        }
+    }
+
+    public State state() {
+        return new State(this);
+    }
+
+    /** Back to a saved state (the guard's rollback); the drafter's inputs list follows, as after a step. */
+    public void restore(State s) {
+        for (int i = 0; i < lora.size(); i++) {
+            lora.set(i, copy(s.lora.get(i)));
+            expAvg.set(i, copy(s.expAvg.get(i)));
+            expAvgSq.set(i, copy(s.expAvgSq.get(i)));
+        }
+        steps = s.steps;
+    }
+
     /** The program's batch inputs: ids [B, W], then flat rows into B*W (missing examples all padding, weight 0). */
     private List<EValue> batchInputs(List<TrainingExample> examples) {
         int rows = batch * window;

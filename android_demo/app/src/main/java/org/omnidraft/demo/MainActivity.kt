@@ -104,7 +104,7 @@ class MainActivity : Activity() {
                 status.text = String.format(
                     "%s: %.2f tok/s, %.2f tokens/target call, acceptance %.2f, %d tokens from lookup, n-gram cache %d%s\n%s",
                     if (spec) "speculative" else "target only", tps, perCall, acceptance, reply.lookupAccepted, s.cache.size(),
-                    if (s.trainer != null) String.format(", LoRA steps %d (loss %.3f)", s.trainer.steps, s.lastLoss) else "",
+                    if (s.trainer != null) String.format(", LoRA updates %d (%d rolled back, loss %.3f)", s.updates, s.rollbacks, s.lastLoss) else "",
                     reply.timings
                 )
                 send.isEnabled = true

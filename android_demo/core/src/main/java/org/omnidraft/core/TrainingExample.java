@@ -8,13 +8,16 @@ import java.util.List;
  * (omnidraft/adaptation/examples.py: Example.padded, padded_batch): the
  * drafter's prompt followed by every committed target token spelled in draft tokens. A token
  * spelled by its one directly mapped twin is a KL unit (the target's logits over the mapped
- * vocabulary are kept); a token spelled by several draft tokens is an NLL unit over them.
+ * vocabulary are kept); a token spelled by several draft tokens is an NLL unit over them. Every
+ * committed token is also a unit {first, last}: the positions whose logits predict its spelling
+ * (what the adapter's guard scores, {@link #unitHits}).
  */
 public final class TrainingExample {
     public final List<Integer> ids = new ArrayList<>();
     public final List<Integer> klPos = new ArrayList<>();
     public final List<float[]> klTarget = new ArrayList<>();
     public final List<Integer> nllPos = new ArrayList<>();
+    public final List<int[]> units = new ArrayList<>();
     private final VocabBridge bridge;
     private final int[] mappedTargets; // the target twins of the mapped draft tokens, in draft-id order
     private boolean closed;
@@ -52,12 +55,40 @@ public final class TrainingExample {
             } else {
                 for (int k = 0; k < spelling.size(); k++) nllPos.add(first + k);
             }
+            units.add(new int[] {first, first + spelling.size() - 1});
             ids.addAll(spelling);
         }
     }
 
     public boolean isEmpty() {
         return klPos.isEmpty() && nllPos.isEmpty();
+    }
+
+    /** The last `window` draft tokens (what a training window and the guard see). */
+    public List<Integer> lastIds(int window) {
+        return new ArrayList<>(ids.subList(Math.max(0, ids.size() - window), ids.size()));
+    }
+
+    /** The units inside the last `window` tokens, positions shifted (units the cut reaches are dropped). */
+    public List<int[]> lastUnits(int window) {
+        int cut = Math.max(0, ids.size() - window);
+        List<int[]> out = new ArrayList<>();
+        for (int[] u : units) if (u[0] >= cut) out.add(new int[] {u[0] - cut, u[1] - cut});
+        return out;
+    }
+
+    /**
+     * How many units the drafter's greedy choices reproduce in full (choice[i]: its argmax after ids[0..i]):
+     * the greedy acceptance of one round, teacher-forced (omnidraft/adaptation/examples.py: unit_hits).
+     */
+    public static int unitHits(List<Integer> ids, List<int[]> units, int[] choice) {
+        int hits = 0;
+        for (int[] u : units) {
+            boolean all = true;
+            for (int i = u[0]; i <= u[1] && all; i++) all = choice[i] == ids.get(i + 1);
+            if (all) hits++;
+        }
+        return hits;
     }
 
     /** The training program's inputs for the last `window` tokens, padded with zero weights. */

@@ -1,6 +1,7 @@
 package org.omnidraft.core;
 
 import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -15,16 +16,12 @@ public class TrainingExampleTest {
         VocabBridge bridge = new VocabBridge(Golden.drafter(), Golden.target());
         int mapped = ((Number) g.get("mapped")).intValue();
         assertEquals(mapped, TrainingExample.mappedTargets(bridge).length);
-        List<Integer> committed = Golden.ints(g.get("committed"));
-        float[][] rows = new float[committed.size()][bridge.target.size()];
-        for (int j = 0; j < rows.length; j++) {
-            for (int v = 0; v < rows[j].length; v++) rows[j][v] = (float) Math.sin(0.37 * j + 0.0011 * v);
-        }
-        TrainingExample e = new TrainingExample(bridge, Golden.ints(g.get("prompt")));
-        e.add(committed, rows);
+        TrainingExample e = example(g);
         assertEquals(Golden.ints(g.get("example_ids")), e.ids);
         assertEquals(Golden.ints(g.get("kl_pos")), e.klPos);
         assertEquals(Golden.ints(g.get("nll_pos")), e.nllPos);
+        assertEquals(Json.array(g.get("units")).size(), e.units.size());
+        for (int i = 0; i < e.units.size(); i++) assertEquals(Golden.ints(Json.array(g.get("units")).get(i)), ints(e.units.get(i)));
         TrainingExample.Window w = e.window(((Number) g.get("window")).intValue());
         assertEquals(Golden.ints(g.get("ids")), longs(w.ids));
         assertEquals(Golden.ints(g.get("kl_rows")), longs(w.klRows));
@@ -41,6 +38,70 @@ public class TrainingExampleTest {
             List<Object> row = Json.array(head.get(r));
             for (int c = 0; c < row.size(); c++) assertEquals(((Number) row.get(c)).doubleValue(), w.klTarget[r * mapped + c], 1e-3);
         }
+    }
+
+    /** The guard's view of a held-out example: its last tokens, the units inside them, and their greedy hits. */
+    @Test
+    public void guardScoresUnitsAsPythonDoes() throws Exception {
+        Map<String, Object> g = Golden.load("training.json");
+        Map<String, Object> guard = Json.object(g.get("guard"));
+        TrainingExample e = example(g);
+        int window = ((Number) guard.get("window")).intValue();
+        List<Integer> ids = e.lastIds(window);
+        List<int[]> units = e.lastUnits(window);
+        assertEquals(window, ids.size());
+        List<Object> want = Json.array(guard.get("units"));
+        assertEquals(want.size(), units.size());
+        for (int i = 0; i < units.size(); i++) assertEquals(Golden.ints(want.get(i)), ints(units.get(i)));
+        int[] choice = Golden.ints(guard.get("choice")).stream().mapToInt(Integer::intValue).toArray();
+        int hits = ((Number) guard.get("hits")).intValue();
+        assertEquals(hits, TrainingExample.unitHits(ids, units, choice));
+
+        // The schedule's guard reads the same choices from a drafter, a few tokens per call.
+        OnlineSchedule schedule = new OnlineSchedule(2, window);
+        assertFalse(schedule.add(e)); // the 1st example is held out
+        assertEquals(1, schedule.heldOut().size());
+        ModelRunner drafter = new ModelRunner(Golden.drafter().size(), 64) {
+            @Override
+            protected float[][] run(List<Integer> input, int start, int nLogits) {
+                float[][] rows = new float[nLogits][vocabSize];
+                for (int r = 0; r < nLogits; r++) rows[r][choice[start + input.size() - nLogits + r]] = 1f;
+                return rows;
+            }
+        };
+        assertEquals((double) hits / units.size(), schedule.acceptance(drafter, 5), 1e-12);
+        assertEquals(0, drafter.position()); // the cache is left empty
+    }
+
+    /** AdaptConfig's defaults: the 1st, 6th, 11th... example held out; an update every 4 examples. */
+    @Test
+    public void scheduleHoldsOutAndUpdatesAsTheAdapterDoes() throws Exception {
+        Map<String, Object> g = Golden.load("training.json");
+        OnlineSchedule schedule = new OnlineSchedule(2, 48);
+        List<Integer> due = new ArrayList<>();
+        for (int i = 1; i <= 12; i++) if (schedule.add(example(g))) due.add(i);
+        assertEquals(List.of(4, 8, 12), due);
+        assertEquals(3, schedule.heldOut().size()); // examples 1, 6, 11
+        assertEquals(2, schedule.batch().size());
+        assertFalse(schedule.add(new TrainingExample(new VocabBridge(Golden.drafter(), Golden.target()), List.of())));
+    }
+
+    private static TrainingExample example(Map<String, Object> g) throws Exception {
+        VocabBridge bridge = new VocabBridge(Golden.drafter(), Golden.target());
+        List<Integer> committed = Golden.ints(g.get("committed"));
+        float[][] rows = new float[committed.size()][bridge.target.size()];
+        for (int j = 0; j < rows.length; j++) {
+            for (int v = 0; v < rows[j].length; v++) rows[j][v] = (float) Math.sin(0.37 * j + 0.0011 * v);
+        }
+        TrainingExample e = new TrainingExample(bridge, Golden.ints(g.get("prompt")));
+        e.add(committed, rows);
+        return e;
+    }
+
+    private static List<Integer> ints(int[] a) {
+        List<Integer> out = new ArrayList<>();
+        for (int x : a) out.add(x);
+        return out;
     }
 
     private static List<Integer> longs(long[] a) {
