@@ -93,15 +93,21 @@ bench-adapt: prepare
 		--configs cache,cache+hybrid-lora --stream 40 --window 10 --heldout 8 --max-new-tokens 24 --forgetting ""
 	$(BIN)/python benchmarks/plot.py
 
-# On-device adaptation against eager, same streams (about an hour on 2 cores, plus a 22-minute
-# export of the training bundle the first time): one process per domain, 1 thread each, in parallel.
+# On-device adaptation against eager, same streams, both learners starting from the same LoRA tensors
+# (about 80 minutes on 2 cores, plus a 22-minute export of the training bundle the first time): one
+# process per domain, 1 thread each, in parallel. ADAPT_BATCH x ADAPT_WINDOW: examples x draft tokens
+# per update step (the training program is exported for that size).
+ADAPT_BATCH ?= 2
+ADAPT_WINDOW ?= 64
+TRAIN_BUNDLE = $(BUNDLES)/executorch-train-b$(ADAPT_BATCH)w$(ADAPT_WINDOW)
 bench-adapt-device: prepare
-	test -f $(BUNDLES)/executorch-train/bundle.json || \
-		$(BIN)/omnidraft export --format executorch --with-training --out $(BUNDLES)/executorch-train
+	test -f $(TRAIN_BUNDLE)/bundle.json || $(BIN)/omnidraft export --format executorch --with-training \
+		--train-batch $(ADAPT_BATCH) --train-window $(ADAPT_WINDOW) --out $(TRAIN_BUNDLE)
 	for d in code prose chat; do \
-		$(BIN)/python benchmarks/adaptation.py --out benchmarks/results/adaptation_device_$$d --domains $$d \
-			--configs cache,cache+hybrid-lora --learners eager,executorch --bundle $(BUNDLES)/executorch-train \
-			--stream 32 --window 8 --heldout 12 --max-new-tokens 24 --threads 1 --forgetting "" & \
+		$(BIN)/python benchmarks/adaptation.py --out benchmarks/results/adaptation_device_b$(ADAPT_BATCH)w$(ADAPT_WINDOW)_$$d \
+			--domains $$d --configs cache,cache+hybrid-lora --learners eager,executorch --bundle $(TRAIN_BUNDLE) \
+			--adapt-batch $(ADAPT_BATCH) --adapt-window $(ADAPT_WINDOW) --stream 32 --window 8 --heldout 24 \
+			--max-new-tokens 24 --threads 1 --forgetting "" & \
 	done; wait
 
 # Everything side by side (target-only, HF assisted generation, eager / ExecuTorch /

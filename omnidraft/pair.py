@@ -11,7 +11,7 @@ build their pairs here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import state
@@ -330,14 +330,19 @@ def _open_predictor(drafting: DraftModel, drafter_name, target_name, o: PairOpti
 
 
 def _open_adapter(pair: Pair, drafting: DraftModel, o: PairOptions):
-    """The drafter's online adapter for the profile (eager LoRA, or the bundle's ExecuTorch training program)."""
+    """The drafter's online adapter for the profile (eager LoRA, or the bundle's ExecuTorch training program,
+    whose fixed shapes then decide the examples per step and their window, as on the phone)."""
     from .adaptation.online import attach
 
-    learner = learner_for(pair.bundle, drafting, o.adapt)
+    config = o.adapt
+    if pair.bundle is not None and drafting.drafter is not None:
+        training = _training_section(pair.bundle, drafting.drafter.backend)
+        config = replace(config, batch=int(training["batch"]), window=int(training["window"]))
+    learner = learner_for(pair.bundle, drafting, config)
     path = state.adapter_path(pair.drafter_name, pair.target_name, drafting.bridge.pair_id, o.profile)
     meta = {"drafter": pair.drafter_name, "target": pair.target_name}
     try:
-        return attach(learner, drafting.bridge, o.adapt, path, meta, o.reset, warn=log), path
+        return attach(learner, drafting.bridge, config, path, meta, o.reset, warn=log), path
     except ValueError as e:
         raise OmniDraftError(str(e)) from None
 

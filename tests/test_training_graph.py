@@ -21,6 +21,7 @@ from omnidraft.export.build import export_bundle
 from omnidraft.export.training_export import export_training, lora_model
 from omnidraft.models import load_model
 from omnidraft.pair import build_bundle_pair
+from omnidraft.pair import learner_for as learner_for_pair
 from omnidraft.runtime.decoding import GenerationConfig
 
 from .conftest import TINY_WINDOW as WINDOW
@@ -227,7 +228,12 @@ def test_a_version_3_training_program_asks_for_a_re_export(training_bundle, tmp_
         build_bundle_pair(old, "executorch", adapt=AdaptConfig(), profile="old")
 
 
-def test_an_adaptation_batch_larger_than_the_programs_is_refused(training_bundle, tmp_path, monkeypatch):
+def test_the_program_decides_the_batch_and_window(training_bundle, tmp_path, monkeypatch):
+    """Opened from options (CLI, simulator), the adapter follows the bundle's program, as the app does;
+    a learner asked directly for more examples per step than the program takes is refused."""
     monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    pair = build_bundle_pair(training_bundle, "executorch", adapt=AdaptConfig(batch=9, window=500), profile="big")
+    training = pair.bundle.manifest.training
+    assert (pair.decoder.adapter.config.batch, pair.decoder.adapter.config.window) == (training["batch"], WINDOW)
     with pytest.raises(OmniDraftError, match="--train-batch 9"):
-        build_bundle_pair(training_bundle, "executorch", adapt=AdaptConfig(batch=9), profile="big")
+        learner_for_pair(pair.bundle, pair.decoder.drafting, AdaptConfig(batch=9))
