@@ -94,7 +94,7 @@ bench-adapt: prepare
 	$(BIN)/python benchmarks/plot.py
 
 # On-device adaptation against eager, same streams, both learners starting from the same LoRA tensors
-# (about 80 minutes on 2 cores, plus a 22-minute export of the training bundle the first time): one
+# (about 40 minutes on 2 cores, plus a 21-minute export of the training bundle the first time): one
 # process per domain, 1 thread each, in parallel. ADAPT_BATCH x ADAPT_WINDOW: examples x draft tokens
 # per update step (the training program is exported for that size).
 ADAPT_BATCH ?= 2

@@ -78,8 +78,9 @@ def export(args) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--window", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=4)
+    # AdaptConfig's defaults, written out: the parent process must not import torch (its RSS is measured)
+    ap.add_argument("--window", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--rank", type=int, default=32)
     ap.add_argument("--mapped", type=int, default=40000, help="mapped vocabulary size (the default pair's is ~40k)")
     ap.add_argument("--kernels", choices=("portable", "xnnpack"), default="portable")

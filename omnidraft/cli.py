@@ -79,9 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--max-draft-len", type=opt.positive_int, default=8, help="largest draft length K")
     exp.add_argument("--with-training", action="store_true",
                      help="also export the drafter's LoRA training step and a LoRA-input drafter (ExecuTorch)")
-    exp.add_argument("--train-window", type=opt.positive_int, default=128, help="draft tokens per training window")
-    exp.add_argument("--train-batch", type=opt.positive_int, default=4,
-                     help="training windows per update step (the largest adaptation batch the program takes)")
+    exp.add_argument("--train-window", type=opt.positive_int,
+                     help="draft tokens per training window (default: the adapter's, 64)")
+    exp.add_argument("--train-batch", type=opt.positive_int,
+                     help="training windows per update step (default: the adapter's, 2)")
     exp.add_argument("--train-kernels", choices=("portable", "xnnpack"), default="portable",
                      help="the update step's kernels: xnnpack is faster, but lowering SmolLM2-135M "
                           "to it needs over 23 GB of memory (fine for small drafters)")

@@ -45,12 +45,12 @@ class AdaptConfig:
     use_kl: bool = True  # False: n-gram NLL only (an ablation)
     lr: float = 3e-4  # the measured setting (README, "Online adaptation"); the CLI's --adapt-lr default
     every: int = 4  # prompts between updates
-    batch: int = 4  # newest buffered examples per step
+    batch: int = 2  # newest buffered examples per step (2 x 64 tokens: a 5-second step on device, benchmarks/README.md)
     steps: int = 2  # optimizer steps per update
     buffer: int = 16  # on-policy buffer (examples)
     holdout_every: int = 5  # every n-th example is held out for the guard (1st, 6th, ...)
     holdout: int = 4  # held-out examples kept
-    window: int = 128  # draft tokens per example (the latest)
+    window: int = 64  # draft tokens per example (the latest)
     guard: bool = True
 
     def __post_init__(self):

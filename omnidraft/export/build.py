@@ -49,13 +49,20 @@ def export_bundle(
     drafter_context: int | None = None,
     chunk: int = 16,
     with_training: bool = False,
-    train_window: int = 128,
-    train_batch: int = 4,
+    train_window: int | None = None,
+    train_batch: int | None = None,
     train_kernels: str = "portable",
     lora=None,
     lam: float = 0.2,
 ) -> Path:
-    """Export both models in each format into the bundle folder `out`."""
+    """Export both models in each format into the bundle folder `out`.
+
+    The training program's window and batch default to the online adapter's (AdaptConfig)."""
+    if with_training:
+        from ..adaptation.online import AdaptConfig
+
+        train_window = train_window or AdaptConfig.window
+        train_batch = train_batch or AdaptConfig.batch
     quants = {"target": quant, "drafter": quant if drafter_quant is None else drafter_quant}
     for fmt in formats:
         for q in set(quants.values()):
