@@ -318,13 +318,14 @@ def tiny_checkpoints(tmp_path_factory, worker_id, target_path, drafter_path):
 
 @pytest.fixture(scope="session")
 def tiny_bundle(tmp_path_factory, worker_id, tiny_checkpoints):
-    """Exported once per test run (the slowest fixture): ONNX + ExecuTorch, with the training programs."""
+    """Exported once per test run (the slowest fixture): ONNX + ExecuTorch, with the training programs
+    (the update step on portable kernels, the default; test_training_graph.py also lowers it to XNNPACK)."""
     from omnidraft.export.build import export_bundle
 
     def build(out):
         export_bundle(out, str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]),
                       formats=("onnx", "executorch"), max_context=64, max_draft_len=TINY_MAX_DRAFT,
-                      with_training=True, train_window=TINY_WINDOW, train_kernels="xnnpack",
+                      with_training=True, train_window=TINY_WINDOW,
                       lora=tiny_lora())
 
     return shared_dir(tmp_path_factory, worker_id, "tiny-bundle", build)

@@ -110,23 +110,24 @@ def test_steps_through_the_program_match_eager_steps(pair, tiny_checkpoints):
     assert sum(not torch.equal(learner.params[n], before[n]) for n in before) == len(before)  # every tensor moved
 
 
-def test_the_portable_program_takes_the_same_step(pair, tiny_checkpoints, tmp_path):
-    """`--train-kernels portable` (the default; the shared bundle's program is XNNPACK's): same step."""
+def test_the_xnnpack_program_takes_the_same_step(pair, tiny_checkpoints, tmp_path):
+    """`--train-kernels xnnpack` (the shared bundle's program is on portable kernels, the default): same step."""
     training = pair.bundle.manifest.training
+    assert training["kernels"] == "portable"
     model = lora_model(load_model(tiny_checkpoints["drafter"]), LORA)
-    xnnpack = learner_for(pair)
+    portable = learner_for(pair)
     with torch.no_grad():
         for n, p in lora_parameters(model).items():
-            p.copy_(xnnpack.params[n])
+            p.copy_(portable.params[n])
     path = tmp_path / "drafter_train.pte"
     mapping = Mapping.from_bridge(pair.decoder.bridge)
-    meta = export_training(model, path, WINDOW, training["batch"], mapping.draft_ids, training["lam"], "portable")
-    assert meta["kernels"] == "portable"
-    portable = ExecuTorchLearner(path, list(xnnpack.params), WINDOW, training["batch"], len(mapping), LR)
+    meta = export_training(model, path, WINDOW, training["batch"], mapping.draft_ids, training["lam"], "xnnpack")
+    assert meta["kernels"] == "xnnpack"
+    xnnpack = ExecuTorchLearner(path, list(portable.params), WINDOW, training["batch"], len(mapping), LR)
     examples = [an_example(pair)]
-    np.testing.assert_allclose(portable.step(examples), xnnpack.step(examples), atol=1e-4, rtol=1e-4)
-    for n, t in xnnpack.params.items():
-        torch.testing.assert_close(portable.params[n], t, atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(xnnpack.step(examples), portable.step(examples), atol=1e-4, rtol=1e-4)
+    for n, t in portable.params.items():
+        torch.testing.assert_close(xnnpack.params[n], t, atol=1e-5, rtol=1e-4)
 
 
 def test_learners_start_from_given_lora_tensors(pair, tiny_checkpoints):
