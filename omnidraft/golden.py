@@ -219,10 +219,11 @@ def manifest_vectors(vocabs: dict) -> dict:
     files = {rel: {"size": 1000 + i, "sha256": f"{i:064x}"} for i, rel in enumerate(rels)}
     lora = [[f"model.layers.{i}.self_attn.q_proj.lora_{ab}", [4, 64] if ab == "A" else [64, 4]]
             for i in range(2) for ab in "AB"]
-    mapped = len(Mapping.from_bridge(VocabBridge(vocabs["drafter"], vocabs["target"])))
+    bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
+    mapped = len(Mapping.from_bridge(bridge))
     training = {"window": 64, "batch": 2, "lam": 0.2, "mapped": mapped, "update": RULE.to_dict(),
                 "kernels": "portable", "lora": {"rank": 4, "alpha": 8.0, "targets": ["q_proj"]}, "lora_inputs": lora}
-    good = Manifest(64, 4, "none", VocabBridge(vocabs["drafter"], vocabs["target"]).pair_id, models, files,
+    good = Manifest(64, 4, "none", bridge.pair_id, models, files,
                     eos_ids=[1, 106], chat_eos_ids=[106], ngram_cache="ngram_cache.json", training=training,
                     created="2026-12-05").to_dict()
     assert good["version"] == VERSION

@@ -62,18 +62,12 @@ public final class OnlineSchedule {
             for (int lo = 0; lo < ids.size(); lo += chunk) {
                 List<Integer> part = ids.subList(lo, Math.min(ids.size(), lo + chunk));
                 float[][] rows = drafter.forward(part, lo, part.size());
-                for (int r = 0; r < rows.length; r++) choice[lo + r] = argmax(rows[r]);
+                for (int r = 0; r < rows.length; r++) choice[lo + r] = Sampler.argmax(rows[r]);
             }
             hits += TrainingExample.unitHits(ids, units, choice);
             total += units.size();
         }
         drafter.rollback(0);
         return total == 0 ? Double.NaN : (double) hits / total;
-    }
-
-    private static int argmax(float[] row) {
-        int best = 0;
-        for (int i = 1; i < row.length; i++) if (row[i] > row[best]) best = i;
-        return best;
     }
 }
