@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser("export", help="export target and drafter into a bundle (.pte and/or .onnx)")
     exp.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
-    exp.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
+    exp.add_argument("--drafter", help="drafter checkpoint folder, or small (default: SmolLM2-135M-Instruct)")
     exp.add_argument("--out", type=Path, required=True, help="bundle folder to write")
     exp.add_argument("--format", choices=("executorch", "onnx", "both"), default="executorch")
     exp.add_argument("--quant", choices=("none", "8da4w", "8da8w", "int8"), default="none",
@@ -100,7 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(run=cmd_simulate)
 
     md = sub.add_parser("make-drafter", help="distil a small, fast drafter from a larger one")
-    md.add_argument("--from", dest="source", help="teacher checkpoint (default: SmolLM2-135M-Instruct)")
+    md.add_argument("--from", dest="source",
+                    help="the model whose tokenizer and layers the drafter keeps (default: SmolLM2-135M-Instruct)")
+    md.add_argument("--teacher", choices=("source", "target"), default="source",
+                    help="who teaches: the --from model itself, or the target through the vocabulary bridge")
+    md.add_argument("--target", help="the target that teaches with --teacher target (default: Gemma-3-270M)")
+    md.add_argument("--generated", type=opt.fraction, default=0.25,
+                    help="--teacher target: share of windows whose continuations the target writes itself")
+    md.add_argument("--top-k", type=opt.positive_int, default=32,
+                    help="--teacher target: teacher probabilities kept per position (the rest as one bucket)")
+    md.add_argument("--teacher-cache", type=Path,
+                    help="--teacher target: folder of the target's cached rows (default: OUT.teacher); "
+                         "runs with other --layers or --lr can share it")
     md.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
     md.add_argument("--layers", type=opt.positive_int, default=4, help="transformer layers to keep")
     md.add_argument("--corpus", default="code,prose,chat", help="comma-separated domains")
@@ -196,6 +207,10 @@ def cmd_prepare(args) -> int:
     for model in (DEFAULT_TARGET, DEFAULT_DRAFTER):
         path = prepare_default_model(model)
         print(f"{model.role}: {model.name} ready at {path}")
+    from .small_drafter import SHIPPED, assemble
+
+    if SHIPPED.exists():
+        print(f"drafter: small ready at {assemble()}")
     if args.tokenizers:
         from .tokenizer_families import prepare_families
 
@@ -223,13 +238,23 @@ def cmd_export(args) -> int:
 def cmd_make_drafter(args) -> int:
     _quiet_libraries()
     from .distill import DistillConfig, distill
-    from .models import DEFAULT_DRAFTER, resolve_model_path
+    from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, resolve_model_path
 
     domains = _domains(args.corpus)
     config = DistillConfig(layers=args.layers, tokens=args.tokens, seq_len=args.seq_len, batch=args.batch, lr=args.lr,
                            seed=args.seed, checkpoint_every=args.checkpoint_every, domains=domains)
+    target, teacher_config = None, None
+    if args.teacher == "target":
+        from .teacher import TeacherConfig
+
+        target = resolve_model_path(args.target, DEFAULT_TARGET)
+        teacher_config = TeacherConfig(window=args.seq_len, batch=args.batch, generated=args.generated,
+                                       continuation=min(64, args.seq_len // 2), top_k=args.top_k, seed=args.seed)
+    elif args.target is not None or args.teacher_cache is not None:
+        raise OmniDraftError("--target and --teacher-cache are for --teacher target")
     distill(resolve_model_path(args.source, DEFAULT_DRAFTER), args.out, config, restart=args.restart,
-            head_tokens=args.head_tokens)
+            head_tokens=args.head_tokens, target_path=target, teacher_config=teacher_config,
+            teacher_cache=args.teacher_cache)
     return 0
 
 

@@ -110,6 +110,10 @@ def resolve_model_path(spec: str | None, default: DefaultModel) -> Path:
     """Map a --target/--drafter value to a checkpoint folder, preparing defaults on demand."""
     if spec is None or spec in DEFAULT_MODELS:
         return prepare_default_model(DEFAULT_MODELS[spec] if spec else default)
+    if spec == "small":  # the shipped small drafter (small_drafter.py), assembled on first use
+        from .small_drafter import assemble
+
+        return assemble()
     path = Path(spec).expanduser()
     if not path.exists():
         raise OmniDraftError(f"model path does not exist: {path}")

@@ -50,6 +50,13 @@ def probability(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    value = non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
 def open_probability(text: str) -> float:
     value = non_negative_float(text)
     if not 0 < value < 1:
@@ -69,7 +76,8 @@ def draft_len(text: str) -> int | str:
 def add_model_options(p, backends=("eager", "executorch", "onnxruntime"), eager_models: bool = True) -> None:
     if eager_models:
         p.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
-        p.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
+        p.add_argument("--drafter", help="drafter checkpoint folder, or small: the shipped small drafter "
+                       "(default: SmolLM2-135M-Instruct)")
         p.add_argument("--max-context", type=positive_int, default=512, help="target KV cache length (eager)")
     if len(backends) > 1:
         p.add_argument("--backend", choices=backends, default=backends[0])

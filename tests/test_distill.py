@@ -47,14 +47,14 @@ def test_distill_lowers_kl_and_resumes(tmp_path, teacher_dir):
     config = DistillConfig(layers=1, tokens=16 * 32 * 12, seq_len=32, batch=16, lr=3e-3, checkpoint_every=6)
     out = distill(teacher_dir, tmp_path / "student", config)
     info = json.loads((out / "omnidraft-drafter.json").read_text())
-    history = info["kl_history"]
+    history = info["loss_history"]
     assert len(history) == 12 and sum(history[-3:]) < sum(history[:3])
     assert (out / "config.json").exists() and (out / "tokenizer.json").exists()
     # resume: a longer run picks up at the saved step instead of starting over
     longer = DistillConfig(layers=1, tokens=16 * 32 * 12, seq_len=32, batch=16, lr=3e-3, checkpoint_every=6)
     distill(teacher_dir, tmp_path / "student", longer)  # same settings: already complete, resumes at the end
     again = json.loads((out / "omnidraft-drafter.json").read_text())
-    assert again["kl_history"] == history
+    assert again["loss_history"] == history
     with pytest.raises(OmniDraftError, match="other settings"):
         distill(teacher_dir, tmp_path / "student", DistillConfig(layers=2, tokens=1024, seq_len=32, batch=16))
 
@@ -70,6 +70,6 @@ def test_torchrun_two_processes(tmp_path, teacher_dir):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2 process(es)" in proc.stderr
     info = json.loads((tmp_path / "ddp" / "omnidraft-drafter.json").read_text())
-    assert len(info["kl_history"]) == 8
+    assert len(info["loss_history"]) == 8
     head = json.loads((tmp_path / "ddp" / "omnidraft-draft-head.json").read_text())  # the default --head-tokens
     assert head["tokens"] == len(head["token_ids"]) == 16384

@@ -122,8 +122,9 @@ class ExampleBuilder:
         self.units: list[tuple[int, int]] = []
         self.closed = not draft_prompt  # nothing to condition on
 
-    def add(self, committed: list[int], target_logits: np.ndarray) -> None:
-        """committed[j] was scored by target_logits[j]."""
+    def add(self, committed: list[int], target_logits: np.ndarray, over_mapping: bool = False) -> None:
+        """committed[j] was scored by target_logits[j]: rows over the target vocabulary, or with
+        over_mapping over the mapped tokens only (in Mapping's order)."""
         draft, target = self.bridge.draft, self.bridge.target
         for t, row in zip(committed, target_logits):
             if self.closed:
@@ -139,7 +140,7 @@ class ExampleBuilder:
             first = len(self.ids) - 1  # the logits here predict the spelling's first token
             if len(spelling) == 1 and self.bridge.draft_to_target[spelling[0]] == t:
                 self.kl_pos.append(first)
-                self.kl_target.append(row[self.mapping.target_ids].astype(np.float16))
+                self.kl_target.append((row if over_mapping else row[self.mapping.target_ids]).astype(np.float16))
             else:
                 self.nll_pos.extend(range(first, first + len(spelling)))
             self.units.append((first, first + len(spelling) - 1))

@@ -1,0 +1,63 @@
+"""The shipped small drafter: assembled from SmolLM2 and the committed delta, checked, and exact in use."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from omnidraft import small_drafter
+from omnidraft.errors import OmniDraftError
+from omnidraft.models import load_model
+
+from .conftest import run_cli
+
+pytestmark = pytest.mark.real
+
+
+def test_the_shipped_delta_is_small_and_says_how_it_was_made():
+    manifest = small_drafter.read_manifest()
+    delta = small_drafter.SHIPPED / small_drafter.DELTA
+    assert delta.stat().st_size <= 40e6
+    assert small_drafter.sha256(delta) == manifest["sha256"]
+    assert manifest["command"].startswith("omnidraft make-drafter") and manifest["base"] == "smollm2-135m-instruct"
+    head = json.loads((small_drafter.SHIPPED / small_drafter.HEAD).read_text())
+    assert head["tokens"] == len(head["token_ids"])
+
+
+def test_assembly_is_smollm2_with_the_shipped_layers(tmp_path, drafter_path):
+    out = small_drafter.assemble(out=tmp_path / "small")
+    model, base = load_model(out), load_model(drafter_path)
+    manifest = small_drafter.read_manifest()
+    assert model.config.num_hidden_layers == len(manifest["layers_kept"])
+    assert torch.equal(model.get_input_embeddings().weight, base.get_input_embeddings().weight)
+    state = model.state_dict()
+    for name, tensor in load_file(str(small_drafter.SHIPPED / small_drafter.DELTA)).items():
+        assert torch.equal(state[name], tensor.float()), name
+    assert (out / small_drafter.HEAD).exists()
+    assert small_drafter.assemble(out=out) == out  # once: a second call finds it
+
+
+def test_a_damaged_delta_is_one_clear_error(tmp_path):
+    shipped = tmp_path / "shipped"
+    shutil.copytree(small_drafter.SHIPPED, shipped)
+    data = bytearray((shipped / small_drafter.DELTA).read_bytes())
+    data[-100] ^= 0xFF
+    (shipped / small_drafter.DELTA).write_bytes(bytes(data))
+    with pytest.raises(OmniDraftError, match="does not match its sha256"):
+        small_drafter.assemble(shipped, tmp_path / "out")
+    (shipped / small_drafter.MANIFEST).write_text("{")
+    with pytest.raises(OmniDraftError, match="missing or damaged"):
+        small_drafter.assemble(shipped, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_drafter_small_decodes_exactly():
+    args = ("generate", "--prompt", "def fibonacci(n):", "--max-new-tokens", "24", "--json", "--threads", "1",
+            "--proposer", "drafter")
+    fast, plain = run_cli(*args, "--drafter", "small"), run_cli(*args, "--no-speculation")
+    assert fast.returncode == 0 and plain.returncode == 0, fast.stderr[-500:] + plain.stderr[-500:]
+    a, b = json.loads(fast.stdout), json.loads(plain.stdout)
+    assert a["drafter"] == "omnidraft-small" and a["drafted"] > 0
+    assert a["text"] == b["text"]
