@@ -15,6 +15,7 @@ pass per continuation, so drafters compare side by side on identical text.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import save_results  # noqa: E402
 
 from omnidraft import corpora  # noqa: E402
+from omnidraft.atomic import write_bytes_atomic  # noqa: E402
 from omnidraft.adaptation.examples import ExampleBuilder, Mapping, unit_hits  # noqa: E402
 from omnidraft.draft_head import apply_draft_head  # noqa: E402
 from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, load_vocab  # noqa: E402
@@ -79,10 +81,17 @@ def main() -> None:
     target, tokenizer = load_model(target_path), load_tokenizer(target_path)
     domains = [d.strip() for d in args.domains.split(",")]
     started = time.perf_counter()
-    texts = {}
+    key = {"target": str(target_path), "prompts": args.prompts, "new_tokens": args.new_tokens}
+    saved = args.out / "continuations.json"  # the target's text, kept so drafters can be added later
+    texts = json.loads(saved.read_text()) if saved.exists() else {}
+    if texts.get("key") != key:
+        texts = {"key": key}
     for domain in domains:
-        log(f"[bench] the target continues {args.prompts} held-out {domain} prompts ({args.new_tokens} tokens each)")
-        texts[domain] = continuations(target, tokenizer, domain, args.prompts, args.new_tokens)
+        if domain not in texts:
+            log(f"[bench] the target continues {args.prompts} held-out {domain} prompts ({args.new_tokens} tokens)")
+            texts[domain] = continuations(target, tokenizer, domain, args.prompts, args.new_tokens)
+            args.out.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(saved, json.dumps(texts).encode())
     rows = []
     for spec in args.drafter:
         name, _, path = spec.partition("=")
