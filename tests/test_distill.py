@@ -59,17 +59,22 @@ def test_distill_lowers_kl_and_resumes(tmp_path, teacher_dir):
         distill(teacher_dir, tmp_path / "student", DistillConfig(layers=2, tokens=1024, seq_len=32, batch=16))
 
 
-def test_torchrun_two_processes(tmp_path, teacher_dir):
+def test_torchrun_two_processes(tmp_path, tiny_checkpoints):
+    """Data-parallel, taught by the target: each process makes its own shards of the teacher cache."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMNIDRAFT_HOME": str(tmp_path)}
     proc = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node=2", "-m", "omnidraft", "make-drafter", "--from", str(teacher_dir),
+        [torchrun, "--standalone", "--nproc_per_node=2", "-m", "omnidraft", "make-drafter",
+         "--from", str(tiny_checkpoints["drafter"]), "--teacher", "target", "--target", str(tiny_checkpoints["target"]),
          "--out", str(tmp_path / "ddp"), "--layers", "1", "--tokens", "2048", "--seq-len", "32", "--batch", "8"],
         capture_output=True, text=True, env=env, timeout=HANG_GUARD_SECONDS,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2 process(es)" in proc.stderr
+    assert proc.stderr.count("teacher: the target scores 1 shard(s)") == 2  # shard 0 by rank 0, shard 1 by rank 1
+    assert sorted(p.name for p in (tmp_path / "ddp.teacher").glob("shard-*.npz")) == ["shard-00000.npz",
+                                                                                     "shard-00001.npz"]
     info = json.loads((tmp_path / "ddp" / "omnidraft-drafter.json").read_text())
-    assert len(info["loss_history"]) == 8
+    assert len(info["loss_history"]) == 8 and info["teacher"].startswith("target:")
     head = json.loads((tmp_path / "ddp" / "omnidraft-draft-head.json").read_text())  # the default --head-tokens
     assert head["tokens"] == len(head["token_ids"]) == 16384
