@@ -248,8 +248,8 @@ def cmd_make_drafter(args) -> int:
         from .teacher import TeacherConfig
 
         target = resolve_model_path(args.target, DEFAULT_TARGET)
-        teacher_config = TeacherConfig(window=args.seq_len, batch=args.batch, generated=args.generated,
-                                       continuation=min(64, args.seq_len // 2), top_k=args.top_k, seed=args.seed)
+        teacher_config = TeacherConfig.for_window(args.seq_len, batch=args.batch, generated=args.generated,
+                                                  top_k=args.top_k, seed=args.seed)
     elif args.target is not None or args.teacher_cache is not None:
         raise OmniDraftError("--target and --teacher-cache are for --teacher target")
     distill(resolve_model_path(args.source, DEFAULT_DRAFTER), args.out, config, restart=args.restart,

@@ -288,7 +288,7 @@ def _target_teacher(source_path, target_path, cache_dir: Path, config: DistillCo
     from .teacher import TargetTeacher, TeacherCache, TeacherConfig, build_records, identity, load_records, \
         teacher_texts
 
-    teacher_config = teacher_config or TeacherConfig(window=config.seq_len, seed=config.seed)
+    teacher_config = teacher_config or TeacherConfig.for_window(config.seq_len, seed=config.seed)
     bridge = VocabBridge(load_vocab(source_path), load_vocab(target_path))
     cache = TeacherCache(cache_dir, identity(target_path, source_path, teacher_config,
                                                                   config.domains))

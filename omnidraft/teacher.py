@@ -53,6 +53,16 @@ class TeacherConfig:
     top_k: int = 32
     seed: int = 0
 
+    def __post_init__(self):
+        if not 0 < self.continuation < self.window or self.top_k < 1 or not 0 <= self.generated <= 1:
+            raise OmniDraftError(f"teacher settings out of range: continuation {self.continuation} must be below the "
+                                 f"window {self.window}, top-k at least 1, generated in [0, 1]")
+
+    @classmethod
+    def for_window(cls, window: int, **fields) -> "TeacherConfig":
+        """Continuations of half the window, at most 64 tokens."""
+        return cls(window=window, continuation=max(1, min(64, window // 2)), **fields)
+
 
 @dataclass
 class Record:
