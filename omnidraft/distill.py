@@ -209,6 +209,9 @@ def distill(source_path: Path, out: Path, config: DistillConfig, restart: bool =
         teacher, described = DrafterTeacher(source, tokenizer, config, world), str(source_path)
     else:
         del source
+        from .teacher import TeacherConfig
+
+        teacher_config = teacher_config or TeacherConfig.for_window(config.seq_len, seed=config.seed)
         teacher = _target_teacher(source_path, target_path, teacher_cache or Path(str(out) + ".teacher"), config,
                                   teacher_config, restart, rank, world)
         described = f"target:{target_path}"
@@ -285,10 +288,8 @@ def _target_teacher(source_path, target_path, cache_dir: Path, config: DistillCo
     from .adaptation.online import AdaptConfig
     from .models import load_model, load_tokenizer, load_vocab
     from .runtime.bridge import VocabBridge
-    from .teacher import TargetTeacher, TeacherCache, TeacherConfig, build_records, identity, load_records, \
-        teacher_texts
+    from .teacher import TargetTeacher, TeacherCache, build_records, identity, load_records, teacher_texts
 
-    teacher_config = teacher_config or TeacherConfig.for_window(config.seq_len, seed=config.seed)
     bridge = VocabBridge(load_vocab(source_path), load_vocab(target_path))
     cache = TeacherCache(cache_dir, identity(target_path, source_path, teacher_config,
                                                                   config.domains))

@@ -97,6 +97,10 @@ def test_make_drafter_from_the_target_learns_and_never_asks_it_twice(tmp_path, t
     err = capfd.readouterr().err
     assert "shard-00000.npz is damaged" in err and list(cache.glob("shard-00000.npz.damaged-*"))
     assert np.array_equal(np.load(shards[0])["ids"], before)
+    # without teacher settings, the window's defaults (continuations of half of it)
+    plain = distill(drafter_dir, tmp_path / "plain", DistillConfig(layers=1, tokens=8 * 32, seq_len=32, batch=8),
+                    target_path=target_dir)
+    assert json.loads((plain / "omnidraft-drafter.json").read_text())["teacher_config"]["continuation"] == 16
     # other teacher settings are refused, not mixed in
     other = TeacherConfig(window=32, batch=8, generated=0.5, continuation=8, top_k=16)
     with pytest.raises(OmniDraftError, match="other settings"):
