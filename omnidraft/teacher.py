@@ -243,10 +243,10 @@ class TargetTeacher:
 
 
 def teacher_texts(domains, n: int, seed: int) -> list[str]:
-    """n texts from the adapt split, the domains taking turns. The texts for n are the first n of those
-    for any larger n, so a cache made for a shorter run serves a longer one."""
-    per_domain = [corpora.prompts(d, n // len(domains) + 1, seed=seed, split="adapt", max_chars=2400)
-                  for d in domains]
+    """n texts from the adapt split, the domains taking turns; a domain whose pool runs out (chat holds
+    about 600 distinct lines there) leaves its turns to the others. The texts for n are the first n of
+    those for any larger n, so a cache made for a shorter run serves a longer one."""
+    per_domain = [corpora.prompts(d, n, seed=seed, split="adapt", max_chars=2400) for d in domains]
     texts = [t for turn in itertools.zip_longest(*per_domain) for t in turn if t is not None]
     if len(texts) < n:
         raise OmniDraftError(f"the corpora hold {len(texts)} texts, fewer than the {n} windows asked for")

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from omnidraft import corpora
 from omnidraft.distill import DistillConfig, distill
 from omnidraft.errors import OmniDraftError
 from omnidraft.models import load_model, load_tokenizer, load_vocab
@@ -46,6 +47,17 @@ def test_teacher_rows_are_the_targets_rows_over_the_mapped_tokens(teacher):
         full = teacher.target(input_ids=ids, attention_mask=mask).logits
         mapped = teacher._mapped_logits(ids, mask)
     assert torch.allclose(mapped, full[..., teacher.mapped_targets], atol=1e-4)
+
+
+def test_a_domain_that_runs_out_leaves_its_turns_to_the_others():
+    """Chat holds a few hundred distinct lines in the adapt split; a long run goes on with the other domains."""
+    chat = corpora.prompts("chat", 10_000, split="adapt", max_chars=2400)
+    n = 2 * len(chat) + 50
+    texts = teacher_texts(("code", "chat"), n, seed=0)
+    assert len(texts) == n and texts[1 : 2 * len(chat) : 2] == chat  # the domains take turns while chat lasts
+    assert texts[:40] == teacher_texts(("code", "chat"), 40, seed=0)  # and a longer run still extends a cache
+    with pytest.raises(OmniDraftError, match="fewer than the"):
+        teacher_texts(("chat",), len(chat) + 1, seed=0)
 
 
 def test_records_spell_the_windows_and_keep_the_likeliest_tokens(teacher):
