@@ -19,15 +19,34 @@ from omnidraft.runtime.stats import Totals
 
 def step_ms(runner, prefix, k: int = 1, reps: int = 15) -> float:
     """Median ms of one k-token call after `prefix` (rolled back before every repetition)."""
+    call = _timed_call(runner, prefix, k)
+    return statistics.median(call() for _ in range(reps)) * 1000
+
+
+def cost_ratio(target, drafter, prefix, draft_prefix, reps: int = 31, warmup: int = 5) -> tuple[float, float, float]:
+    """(c, target ms, drafter ms): one-token steps of the two runners after their prefixes, timed in
+    turns (target, drafter, target, ...) so that a load drift hits both alike; c is the median of
+    the per-turn ratios, the times the medians of each. Timed one runner after the other, c moved by a
+    factor of 1.75 between runs of identical graphs on a 2-core machine."""
+    calls = _timed_call(target, prefix, 1), _timed_call(drafter, draft_prefix, 1)
+    for _ in range(warmup):
+        calls[0](), calls[1]()
+    turns = [(calls[0](), calls[1]()) for _ in range(reps)]
+    return (statistics.median(d / t for t, d in turns), statistics.median(t for t, _ in turns) * 1000,
+            statistics.median(d for _, d in turns) * 1000)
+
+
+def _timed_call(runner, prefix, k: int):
+    """A function timing one k-token call after `prefix` (which it writes once; each call rolls back to it)."""
     runner.reset()
     runner.forward(prefix, 0)
-    times = []
-    for _ in range(reps):
+
+    def call() -> float:
         runner.rollback(len(prefix))
         t = time.perf_counter()
         runner.forward(prefix[:k], len(prefix), k)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
+        return time.perf_counter() - t
+    return call
 
 
 def save_results(out: Path, result: dict, render) -> None:

@@ -23,7 +23,7 @@ from omnidraft.runtime.decoding import GenerationConfig
 from omnidraft.runtime.ngram_cache import NGramCache
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import save_results, step_ms  # noqa: E402
+from common import cost_ratio, save_results  # noqa: E402
 
 
 def main() -> int:
@@ -94,7 +94,7 @@ def main() -> int:
             "outputs_differing": int(agg["mismatch"]),
         })
     prefix = pair.encode_prompt(corpora.prompts("prose", 1, seed=9)[0])[:64]
-    c = step_ms(dec.drafter, dec.bridge.draft_prompt(prefix)[:64]) / step_ms(dec.target, prefix)
+    c = cost_ratio(dec.target, dec.drafter, prefix, dec.bridge.draft_prompt(prefix)[:64])[0]
     result = {
         "cost_ratio_c": c,
         "command": " ".join(["benchmarks/core_pair.py", *sys.argv[1:]]),

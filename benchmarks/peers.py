@@ -29,7 +29,7 @@ from omnidraft.runtime.decoding import GenerationConfig
 from omnidraft.runtime.ngram_cache import NGramCache
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import ceiling, hf_generate, save_results, step_ms  # noqa: E402
+from common import ceiling, cost_ratio, hf_generate, save_results  # noqa: E402
 
 METHODS = ["target-only (ours)", "HF generate", "HF assisted", "OmniDraft eager", "OmniDraft eager, no n-gram cache"]
 
@@ -83,7 +83,7 @@ def main() -> int:
             file=sys.stderr, flush=True)
 
     prefix = pair.encode_prompt(prompts[0][1])[:64]
-    c = step_ms(dec.drafter, dec.bridge.draft_prompt(prefix)[:64]) / step_ms(dec.target, prefix)
+    c = cost_ratio(dec.target, dec.drafter, prefix, dec.bridge.draft_prompt(prefix)[:64])[0]
     base_tps = totals[METHODS[0]]["tokens"] / totals[METHODS[0]]["s"]
     rows = []
     for name in METHODS:

@@ -55,7 +55,7 @@ from omnidraft.runtime.ngram_cache import NGramCache
 from omnidraft.runtime.stats import Totals
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Method, ceiling, hf_generate, save_results, step_ms, summarize  # noqa: E402
+from common import Method, ceiling, cost_ratio, hf_generate, save_results, summarize  # noqa: E402
 
 PEERS = ("HF generate (target-only)", "HF assisted (other tokenizer)")
 WORKLOADS = corpora.DOMAINS + corpora.WORKLOADS
@@ -182,8 +182,7 @@ def run_system(label: str, pair, args, bar) -> dict:
     drafter = dec.drafter
     n = min(64, dec.target.max_context // 2)
     prefix = pair.encode_prompt(corpora.prompts("prose", 1, seed=9)[0])[:n]
-    step = step_ms(dec.target, prefix)
-    c = step_ms(drafter, dec.bridge.draft_prompt(prefix)[:n]) / step
+    c, step, _ = cost_ratio(dec.target, drafter, prefix, dec.bridge.draft_prompt(prefix)[:n])
     learner, zero_lora, why_not = None, None, "not measured (--extended adds it)"
     if args.extended:
         try:
@@ -322,7 +321,8 @@ def render_table(r: dict) -> str:
         f"against the same system's target-only decoding. Lookup share: share of the output tokens that were "
         f"accepted lookup proposals. Lookup cost: mean index query per round, as a share of a target step. Ceiling "
         f"(drafter rows) = (1 - a^(k+1)) / ((1 - a)(k c + 1)) at the measured acceptance a, mean draft length k and "
-        f"cost ratio c. Command: `{r['command']}`.",
+        f"cost ratio c (c: median ratio of drafter to target one-token steps, timed in turns after loading). "
+        f"Command: `{r['command']}`.",
         "",
         "| system | c | workloads | method | tok/s | vs target-only | tokens / target call | acceptance | "
         "lookup share | lookup cost | ceiling | outputs differing |",
