@@ -10,8 +10,10 @@ the drafter spells with several pieces keeps its pieces (an NLL unit).
 Windows come from the corpora's adapt split. In a share of the windows
 (`generated`) the target writes the last `continuation` tokens itself, greedily
 or sampled (alternating by shard), so the drafter also learns the target's own
-phrasing; the rest is corpus text scored by the target. Generation is batched;
-one forward pass over each finished window gives every teacher row.
+phrasing; the rest is corpus text scored by the target. A text too short to teach
+alone (most chat lines: a median of 8 target tokens) is a prompt: the target writes
+`continuation` tokens after all of it, as it answers a short prompt at decoding time.
+Generation is batched; one forward pass over each finished window gives every teacher row.
 
 Only the top-k teacher log-probabilities (over the mapped tokens) are kept, with
 the rest as one tail bucket; the loss is then KL over k + 1 events, exact for
@@ -41,7 +43,8 @@ from .state import set_aside
 
 SHARD_WINDOWS = 64  # windows per cache file
 GENERATION_BATCH = 32  # prompts the target continues at once (a step costs far less per row in a batch)
-MIN_TOKENS = 16  # shorter texts teach too little to be worth a window
+MIN_TOKENS = 16  # shorter texts teach too little alone: the target continues them
+CACHE_VERSION = 2  # 2: short texts continued (1 dropped them); part of a cache's identity
 
 
 @dataclass
@@ -178,33 +181,40 @@ class TargetTeacher:
         self.config = config
 
     def records(self, texts: list[str], shard: int) -> list[Record]:
-        """Records for one shard of texts: the target continues a `generated` share of them (greedy in
-        even shards, sampled in odd ones, seeded by the shard), then scores every window."""
+        """Records for one shard of texts: the target continues a `generated` share of them and every
+        text shorter than MIN_TOKENS (greedy in even shards, sampled in odd ones, seeded by the shard),
+        then scores every window."""
         c = self.config
-        seqs = [s for s in (self._tokens(t) for t in texts) if s is not None]
+        seqs = [s for s in (self._tokens(t) for t in texts) if len(s) > 1]
         prompt_len = c.window - c.continuation
         long = [i for i, s in enumerate(seqs) if len(s) >= prompt_len]
-        chosen = long[: round(c.generated * len(texts))]
         sampled = shard % 2 == 1
         torch.manual_seed(c.seed * 1_000_003 + shard)
-        for lo in range(0, len(chosen), GENERATION_BATCH):
-            rows = chosen[lo : lo + GENERATION_BATCH]
-            prompts = torch.tensor([seqs[i][:prompt_len] for i in rows])
-            with torch.no_grad():
-                out = self.target.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts),
-                                           max_new_tokens=c.continuation, do_sample=sampled)
-            for i, row in zip(rows, out):
-                seqs[i] = row.tolist()  # EOS and what follows are cut by the example builder
+        chosen = long[: round(c.generated * len(texts))]
+        short = [i for i, s in enumerate(seqs) if len(s) < MIN_TOKENS and i not in chosen]
+        self._continue(seqs, chosen, prompt_len, sampled)
+        for length in sorted({len(seqs[i]) for i in short}):  # prompts of one length batch without padding
+            self._continue(seqs, [i for i in short if len(seqs[i]) == length], length, sampled)
         records: list[Record] = []
         for lo in range(0, len(seqs), c.batch):
             records += self._score(seqs[lo : lo + c.batch])
         return records
 
-    def _tokens(self, text: str) -> list[int] | None:
+    def _continue(self, seqs: list[list[int]], rows: list[int], prompt_len: int, sampled: bool) -> None:
+        """The target writes `continuation` tokens after the first prompt_len tokens of each of seqs[rows]."""
+        for lo in range(0, len(rows), GENERATION_BATCH):
+            batch = rows[lo : lo + GENERATION_BATCH]
+            prompts = torch.tensor([seqs[i][:prompt_len] for i in batch])
+            with torch.no_grad():
+                out = self.target.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts),
+                                           max_new_tokens=self.config.continuation, do_sample=sampled)
+            for i, row in zip(batch, out):
+                seqs[i] = row.tolist()  # EOS and what follows are cut by the example builder
+
+    def _tokens(self, text: str) -> list[int]:
         """The window as the target reads a prompt (with its BOS, if it adds one: Gemma without it is
         another model)."""
-        ids = self.tokenizer.encode(text)[: self.config.window]
-        return ids if len(ids) >= MIN_TOKENS else None
+        return self.tokenizer.encode(text)[: self.config.window]
 
     def _score(self, seqs: list[list[int]]) -> list[Record]:
         length = max(len(s) for s in seqs)
@@ -285,5 +295,5 @@ def load_records(cache: TeacherCache, n_windows: int) -> list[Record]:
 
 
 def identity(target_path: Path, drafter_path: Path, config: TeacherConfig, domains) -> dict:
-    return {"target": str(target_path), "drafter_tokenizer": str(drafter_path), "domains": list(domains),
-            "config": asdict(config)}
+    return {"version": CACHE_VERSION, "target": str(target_path), "drafter_tokenizer": str(drafter_path),
+            "domains": list(domains), "config": asdict(config)}

@@ -12,7 +12,7 @@ from omnidraft.distill import DistillConfig, distill
 from omnidraft.errors import OmniDraftError
 from omnidraft.models import load_model, load_tokenizer, load_vocab
 from omnidraft.runtime.bridge import VocabBridge
-from omnidraft.teacher import TargetTeacher, TeacherConfig, sparse_kl, teacher_texts
+from omnidraft.teacher import MIN_TOKENS, TargetTeacher, TeacherConfig, sparse_kl, teacher_texts
 
 
 def test_sparse_kl_is_the_kl_over_the_kept_tokens_and_one_bucket():
@@ -80,8 +80,24 @@ def test_records_spell_the_windows_and_keep_the_likeliest_tokens(teacher):
     spelled = [b"".join(draft.token_bytes[i] for i in r.ids) for r in records]
     sources = [t.encode() for t in texts]
     assert all(any(s[:16] in t for t in sources) for s in spelled)
-    assert sum(any(s in t for t in sources) for s in spelled) >= len(records) - 4  # 4 continued
+    short = sum(len(teacher._tokens(t)) < MIN_TOKENS for t in texts)  # chat lines: continued whole
+    assert sum(any(s in t for t in sources) for s in spelled) >= len(records) - 4 - short  # 4 continued
     again = teacher.records(texts, shard=1)  # same shard, same seed: the same windows
+    assert all(np.array_equal(a.ids, b.ids) for a, b in zip(records, again))
+
+
+def test_a_text_too_short_to_teach_alone_is_a_prompt_the_target_continues(teacher):
+    """Most chat lines are a few target tokens: the target writes after each, as it answers a short prompt."""
+    texts = ["Hello, how are you?", "What is your name?", "Hi"]
+    assert all(1 < len(teacher._tokens(t)) < MIN_TOKENS for t in texts)
+    records = teacher.records(texts, shard=0)  # greedy
+    assert len(records) == 3
+    draft = teacher.bridge.draft
+    for r, text in zip(records, texts):
+        spelled = b"".join(draft.token_bytes[i] for i in r.ids)
+        assert spelled.startswith(text.encode()) and len(spelled) > len(text.encode())
+        assert len(r.kl_pos) + len(r.nll_pos) >= len(r.ids) - len(draft.encode_bytes(text.encode())) - 1
+    again = teacher.records(texts, shard=0)
     assert all(np.array_equal(a.ids, b.ids) for a, b in zip(records, again))
 
 
