@@ -193,23 +193,27 @@ class TargetTeacher:
         chosen = long[: round(c.generated * len(texts))]
         short = [i for i, s in enumerate(seqs) if len(s) < MIN_TOKENS and i not in chosen]
         self._continue(seqs, chosen, prompt_len, sampled)
-        for length in sorted({len(seqs[i]) for i in short}):  # prompts of one length batch without padding
-            self._continue(seqs, [i for i in short if len(seqs[i]) == length], length, sampled)
+        self._continue(seqs, short, MIN_TOKENS, sampled)
         records: list[Record] = []
         for lo in range(0, len(seqs), c.batch):
             records += self._score(seqs[lo : lo + c.batch])
         return records
 
     def _continue(self, seqs: list[list[int]], rows: list[int], prompt_len: int, sampled: bool) -> None:
-        """The target writes `continuation` tokens after the first prompt_len tokens of each of seqs[rows]."""
+        """The target writes `continuation` tokens after the first prompt_len tokens of each of seqs[rows]
+        (prompts of different lengths padded on the left, as batched generation wants them)."""
+        pad = self.tokenizer.pad_token_id or 0
         for lo in range(0, len(rows), GENERATION_BATCH):
             batch = rows[lo : lo + GENERATION_BATCH]
-            prompts = torch.tensor([seqs[i][:prompt_len] for i in batch])
+            prompts = [seqs[i][:prompt_len] for i in batch]
+            width = max(len(p) for p in prompts)
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
             with torch.no_grad():
-                out = self.target.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts),
+                out = self.target.generate(input_ids=ids, attention_mask=mask,
                                            max_new_tokens=self.config.continuation, do_sample=sampled)
-            for i, row in zip(batch, out):
-                seqs[i] = row.tolist()  # EOS and what follows are cut by the example builder
+            for i, prompt, row in zip(batch, prompts, out):
+                seqs[i] = prompt + row[width:].tolist()  # EOS and what follows are cut by the example builder
 
     def _tokens(self, text: str) -> list[int]:
         """The window as the target reads a prompt (with its BOS, if it adds one: Gemma without it is
