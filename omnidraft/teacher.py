@@ -191,9 +191,9 @@ class TargetTeacher:
         sampled = shard % 2 == 1
         torch.manual_seed(c.seed * 1_000_003 + shard)
         chosen = long[: round(c.generated * len(texts))]
-        short = [i for i, s in enumerate(seqs) if len(s) < MIN_TOKENS and i not in chosen]
+        short = [i for i, s in enumerate(seqs) if len(s) < min(MIN_TOKENS, prompt_len)]  # the window still fits
         self._continue(seqs, chosen, prompt_len, sampled)
-        self._continue(seqs, short, MIN_TOKENS, sampled)
+        self._continue(seqs, short, prompt_len, sampled)
         records: list[Record] = []
         for lo in range(0, len(seqs), c.batch):
             records += self._score(seqs[lo : lo + c.batch])
