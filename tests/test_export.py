@@ -19,7 +19,7 @@ from omnidraft.pair import build_bundle_pair, open_runner
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.runner import EagerRunner
 
-from .conftest import TINY_MAX_DRAFT, WITHOUT_TRAINING, damaged_copy, edit_manifest, run_cli, tiny_model
+from .conftest import TINY_HEAD_TOKENS, TINY_MAX_DRAFT, WITHOUT_TRAINING, damaged_copy, edit_manifest, run_cli, tiny_model
 
 MAX_DRAFT = TINY_MAX_DRAFT
 BACKENDS = ["onnxruntime", "executorch"]
@@ -50,6 +50,19 @@ def test_bundle_manifest(bundle_dir):
     assert any(rel.startswith("tokenizers/target/") for rel in m["files"])
     assert m["versions"]["torch"] and m["versions"]["executorch"] and m["versions"]["onnx"]
     assert not list(bundle_dir.parent.glob(".*partial"))
+
+
+def test_an_export_leaves_the_draft_head_out_unless_asked(bundle_dir, tiny_checkpoints, tmp_path, monkeypatch):
+    """The draft head pays on eager but not on ExecuTorch: bundles score every draft token unless --draft-head."""
+    from omnidraft.export.build import export_bundle
+
+    monkeypatch.setenv("OMNIDRAFT_HOME", str(tmp_path))
+    assert load_bundle(bundle_dir).model("drafter").draft_head == {"tokens": TINY_HEAD_TOKENS}  # exported with it
+    out = export_bundle(tmp_path / "plain", str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]),
+                        formats=("onnx",), max_context=32, max_draft_len=2)
+    assert load_bundle(out).model("drafter").draft_head is None
+    drafter = build_bundle_pair(out, "onnxruntime", use_ngram_cache=False).decoder.drafter
+    assert np.isfinite(drafter.forward([1, 5, 9], 0)[-1]).all()  # no token left out
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

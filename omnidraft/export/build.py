@@ -17,7 +17,7 @@ from ..atomic import atomic_directory
 from ..bundle import Manifest, ModelEntry, file_entry
 from ..draft_head import apply_draft_head
 from ..errors import OmniDraftError
-from ..models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, omnidraft_home, resolve_model_path
+from ..models import load_model, load_tokenizer, omnidraft_home, resolve_pair_paths
 from ..pair import eos_ids
 from ..progress import log, stage
 from ..runtime.bridge import VocabBridge
@@ -44,6 +44,7 @@ def export_bundle(
     quant: str = "none",
     drafter_quant: str | None = None,
     embedding_quant: str = "none",
+    draft_head: bool = False,
     max_context: int = 512,
     max_draft_len: int = 8,
     drafter_context: int | None = None,
@@ -57,6 +58,9 @@ def export_bundle(
 ) -> Path:
     """Export both models in each format into the bundle folder `out`.
 
+    draft_head: keep the drafter folder's draft head (omnidraft/draft_head.py) in its graphs. Off by
+    default: on ExecuTorch the full head is faster (the shipped small drafter: c 0.24 -> 0.22 at 8da8w,
+    0.25 -> 0.16 at 8da4w; benchmarks/README.md "Which drafter by default"), the draft head pays on eager.
     The training program's window and batch default to the online adapter's (AdaptConfig)."""
     if with_training:
         from ..adaptation.online import AdaptConfig
@@ -77,7 +81,7 @@ def export_bundle(
     if with_training and "executorch" not in formats:
         raise OmniDraftError("--with-training builds ExecuTorch programs: use --format executorch or both")
     out = Path(out)
-    paths = {"target": resolve_model_path(target, DEFAULT_TARGET), "drafter": resolve_model_path(drafter, DEFAULT_DRAFTER)}
+    paths = dict(zip(("target", "drafter"), resolve_pair_paths(target, drafter)))
     contexts = {"target": max_context, "drafter": drafter_context or 2 * max_context}
     # One graph per model: verification needs K+1 tokens, prefill and resync use chunks.
     tokens_per_call = max(max_draft_len + 1, chunk)
@@ -91,7 +95,7 @@ def export_bundle(
             tok.save_pretrained(tok_dir)
             with stage(f"{role}: loading {path.name}"):
                 model = load_model(path)
-                draft_head = apply_draft_head(model, path) if role == "drafter" else None
+                draft_tokens = apply_draft_head(model, path) if role == "drafter" and draft_head else None
             graphs = {}
             meta = None
             for fmt in sorted(formats, key=lambda f: f != "onnx"):  # ExecuTorch last: its export changes the model
@@ -110,14 +114,14 @@ def export_bundle(
                     graphs["executorch"] = f"{role}.pte"
             if role == "drafter" and with_training:
                 training = _export_training(load_model(path), path, tmp, vocabs, graphs, contexts[role], tokens_per_call,
-                                            train_window, train_batch, train_kernels, lora, lam)
+                                            train_window, train_batch, train_kernels, lora, lam, draft_head)
             models[role] = ModelEntry(
                 name=path.name, vocab_size=meta["vocab_size"], max_context=contexts[role],
                 max_tokens_per_call=tokens_per_call, kv_shape=meta["kv_shape"], tokenizer=f"tokenizers/{role}",
                 tokenizer_fingerprint=vocabs[role].fingerprint, graphs=graphs, quant=quants[role],
                 executorch_ops=meta.get("executorch_ops", []),  # meta: the ExecuTorch export's, when there is one
                 acceptance_head=meta.get("acceptance_head"),
-                draft_head={"tokens": draft_head} if draft_head else None,
+                draft_head={"tokens": draft_tokens} if draft_tokens else None,
             )
             del model
         bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
@@ -145,7 +149,7 @@ def export_bundle(
 
 def _export_training(model, path: Path, tmp: Path, vocabs, graphs: dict, context: int, tokens_per_call: int, window: int,
                      batch: int, kernels: str,
-                     lora, lam: float) -> dict:
+                     lora, lam: float, draft_head: bool) -> dict:
     """drafter_train.pte + drafter_lora.pte (fp32: training needs full-precision weights)."""
     from ..adaptation.examples import Mapping
     from ..adaptation.lora import LoRAConfig
@@ -155,7 +159,8 @@ def _export_training(model, path: Path, tmp: Path, vocabs, graphs: dict, context
     mapping = Mapping.from_bridge(VocabBridge(vocabs["drafter"], vocabs["target"]))
     model = lora_model(model, lora)
     train = export_training(model, tmp / "drafter_train.pte", window, batch, mapping.draft_ids, lam, kernels)
-    apply_draft_head(model, path)  # after: training keeps the full head; drafter_lora.pte drafts like drafter.pte
+    if draft_head:  # after: training keeps the full head; drafter_lora.pte drafts like drafter.pte
+        apply_draft_head(model, path)
     meta = export_lora_drafter(model, tmp / "drafter_lora.pte", context, tokens_per_call)
     graphs["executorch_train"] = "drafter_train.pte"
     graphs["executorch_lora"] = "drafter_lora.pte"
