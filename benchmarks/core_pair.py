@@ -34,7 +34,7 @@ def main() -> int:
     ap.add_argument("--draft-len", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--drafter", help="drafter checkpoint folder, small or smollm2-135m-instruct (default: as generate)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)

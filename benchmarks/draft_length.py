@@ -51,7 +51,7 @@ def main() -> int:
     ap.add_argument("--gammas", default="0.3,0.5,0.7")
     ap.add_argument("--cap", type=int, default=8, help="longest draft of the adaptive methods")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--drafter", help="drafter checkpoint folder, small or smollm2-135m-instruct (default: as generate)")
     ap.add_argument("--bundle", type=Path, help="run an exported bundle (version 2: drafter graph with the head)")
     ap.add_argument("--backend", choices=("executorch", "onnxruntime"), default="executorch",
                     help="with --bundle")

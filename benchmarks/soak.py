@@ -70,7 +70,7 @@ def main() -> int:
     ap.add_argument("--probe", type=int, default=2, help="held-out probe prompts per domain")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
-    ap.add_argument("--drafter", help="drafter checkpoint folder (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--drafter", help="drafter checkpoint folder, small or smollm2-135m-instruct (default: as generate)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pair = build_eager_pair(args.target, args.drafter, use_ngram_cache=False)

@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser("export", help="export target and drafter into a bundle (.pte and/or .onnx)")
     exp.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
-    exp.add_argument("--drafter", help="drafter checkpoint folder, or small (default: SmolLM2-135M-Instruct)")
+    exp.add_argument("--drafter", help="drafter checkpoint folder, small or smollm2-135m-instruct (default: small "
+                     "with the default target, SmolLM2-135M-Instruct with any other)")
     exp.add_argument("--out", type=Path, required=True, help="bundle folder to write")
     exp.add_argument("--format", choices=("executorch", "onnx", "both"), default="executorch")
     exp.add_argument("--quant", choices=("none", "8da4w", "8da8w", "int8"), default="none",
@@ -343,7 +344,8 @@ def cmd_generate(args) -> int:
             f"[{mode}] {s['new_tokens']} tokens in {s['decode_s']:.2f}s ({s['tokens_per_s']:.2f} tok/s), "
             f"{s['tokens_per_target_call']:.2f} tokens/target call, acceptance {s['acceptance_rate']:.2f} "
             f"(accepted/proposed: {opt.proposal_summary(s)}), n-gram hits {s['ngram_cache_hits']}, "
-            f"stop: {result.stop_reason}, threads {report['threads']}" + "".join(f", {t}" for t in opt.timing_parts(s)),
+            f"stop: {result.stop_reason}, threads {report['threads']}" + "".join(f", {t}" for t in opt.timing_parts(s))
+            + (f", drafter {pair.drafter_name}" if pair.drafter_name else ""),
             file=sys.stderr,
         )
     return 0

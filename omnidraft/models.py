@@ -123,6 +123,21 @@ def resolve_model_path(spec: str | None, default: DefaultModel) -> Path:
     return path
 
 
+def resolve_pair_paths(target: str | None, drafter: str | None) -> tuple[Path, Path]:
+    """The (target, drafter) folders of a pair. With no drafter named, the default target gets the shipped
+    small drafter (the target taught it: fastest on ExecuTorch, benchmarks/README.md "Which drafter by
+    default") and any other target SmolLM2-135M-Instruct, which was not taught by it. A damaged or missing
+    small drafter is then a warning and SmolLM2 drafts; asked for by name, it is an error."""
+    target_path = resolve_model_path(target, DEFAULT_TARGET)
+    if drafter is not None or target not in (None, DEFAULT_TARGET.name):
+        return target_path, resolve_model_path(drafter, DEFAULT_DRAFTER)
+    try:
+        return target_path, resolve_model_path("small", DEFAULT_DRAFTER)
+    except OmniDraftError as e:
+        log(f"[omnidraft] warning: the shipped small drafter is not usable ({e}); drafting with {DEFAULT_DRAFTER.name}")
+        return target_path, resolve_model_path(None, DEFAULT_DRAFTER)
+
+
 def check_architecture(path: Path) -> None:
     """One clear error for a model family that is not supported, naming those that are."""
     try:

@@ -76,8 +76,9 @@ def draft_len(text: str) -> int | str:
 def add_model_options(p, backends=("eager", "executorch", "onnxruntime"), eager_models: bool = True) -> None:
     if eager_models:
         p.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
-        p.add_argument("--drafter", help="drafter checkpoint folder, or small: the shipped small drafter "
-                       "(default: SmolLM2-135M-Instruct)")
+        p.add_argument("--drafter", help="drafter checkpoint folder, small (the shipped small drafter) or "
+                       "smollm2-135m-instruct (default: small with the default target, SmolLM2-135M-Instruct with "
+                       "any other)")
         p.add_argument("--max-context", type=positive_int, default=512, help="target KV cache length (eager)")
     if len(backends) > 1:
         p.add_argument("--backend", choices=backends, default=backends[0])

@@ -17,7 +17,7 @@ from pathlib import Path
 from . import state
 from .draft_head import apply_draft_head
 from .errors import OmniDraftError
-from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_vocab, resolve_model_path
+from .models import DEFAULT_TARGET, load_model, load_vocab, resolve_model_path, resolve_pair_paths
 from .progress import log
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
 from .runtime.decoding import SpeculativeDecoder
@@ -51,7 +51,7 @@ class PairOptions:
     """Everything that decides how a pair is assembled (the CLI fills it from its options)."""
 
     target: str | None = None  # checkpoint folder (eager); default Gemma-3-270M
-    drafter: str | None = None  # checkpoint folder (eager); default SmolLM2-135M-Instruct
+    drafter: str | None = None  # checkpoint folder (eager); default: models.resolve_pair_paths
     backend: str = "eager"
     bundle: Path | None = None  # exported bundle (executorch and onnxruntime backends)
     threads: int | None = None
@@ -244,8 +244,10 @@ def _clean_state_folders() -> None:
 
 
 def _eager_models(o: PairOptions, with_drafter: bool):
-    target_path = resolve_model_path(o.target, DEFAULT_TARGET)
-    drafter_path = resolve_model_path(o.drafter, DEFAULT_DRAFTER) if with_drafter else None  # both checked first
+    if with_drafter:  # both checked first
+        target_path, drafter_path = resolve_pair_paths(o.target, o.drafter)
+    else:
+        target_path, drafter_path = resolve_model_path(o.target, DEFAULT_TARGET), None
     target_vocab = load_vocab(target_path)
     target = EagerRunner(load_model(target_path), o.max_context, name="target")
     if drafter_path is None:

@@ -52,9 +52,9 @@ def read_manifest(shipped: Path = SHIPPED) -> dict:
     return manifest
 
 
-def assemble(shipped: Path = SHIPPED, out: Path | None = None) -> Path:
-    """The small drafter's checkpoint folder, built from SmolLM2 and the shipped delta once."""
-    out = out or model_dir()
+def assemble(shipped: Path | None = None, out: Path | None = None) -> Path:
+    """The small drafter's checkpoint folder, built from SmolLM2 and the shipped delta (default SHIPPED) once."""
+    shipped, out = shipped or SHIPPED, out or model_dir()
     manifest = read_manifest(shipped)
     stamp = out / "omnidraft-source.json"
     if stamp.exists():

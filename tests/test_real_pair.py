@@ -1,4 +1,4 @@
-"""One short end-to-end run on the real default pair (Gemma-3-270M <- SmolLM2-135M)."""
+"""One short end-to-end run on the real default pair (Gemma-3-270M <- the shipped small drafter)."""
 
 import pytest
 

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from omnidraft import small_drafter
 from omnidraft.errors import OmniDraftError
-from omnidraft.models import load_model
+from omnidraft.models import load_model, resolve_pair_paths
 
 from .conftest import run_cli
 
@@ -61,3 +61,22 @@ def test_drafter_small_decodes_exactly():
     a, b = json.loads(fast.stdout), json.loads(plain.stdout)
     assert a["drafter"] == "omnidraft-small" and a["drafted"] > 0
     assert a["text"] == b["text"]
+
+
+def test_the_default_target_drafts_with_the_small_drafter_and_other_targets_with_smollm2(
+        tmp_path, monkeypatch, capsys, tiny_checkpoints):
+    def names(target, drafter):
+        return tuple(p.name for p in resolve_pair_paths(target, drafter))
+
+    assert names(None, None) == ("gemma-3-270m", "omnidraft-small")
+    assert names(str(tiny_checkpoints["target"]), None) == ("target", "smollm2-135m-instruct")  # it did not teach it
+    assert names(None, "smollm2-135m-instruct") == ("gemma-3-270m", "smollm2-135m-instruct")
+    # A damaged shipped drafter: asked for by name it is an error, by default a warning and SmolLM2 drafts.
+    shipped = tmp_path / "shipped"
+    shutil.copytree(small_drafter.SHIPPED, shipped)
+    (shipped / small_drafter.MANIFEST).write_text("{")
+    monkeypatch.setattr(small_drafter, "SHIPPED", shipped)
+    with pytest.raises(OmniDraftError, match="missing or damaged"):
+        resolve_pair_paths(None, "small")
+    assert names(None, None) == ("gemma-3-270m", "smollm2-135m-instruct")
+    assert "warning: the shipped small drafter is not usable" in capsys.readouterr().err
