@@ -147,11 +147,31 @@ class EagerRunner(ModelRunner):
         ids = torch.from_numpy(tokens).unsqueeze(0)
         pos = torch.arange(start, start + len(tokens)).unsqueeze(0)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, position_ids=pos, cache=self.cache, use_cache=True,
-                             logits_to_keep=n_logits, output_hidden_states=self.head is not None)
+            head = self._plain_head()
+            if head is None:
+                out = self.model(input_ids=ids, position_ids=pos, cache=self.cache, use_cache=True,
+                                 logits_to_keep=n_logits, output_hidden_states=self.head is not None)
+                hidden, out_logits = (out.hidden_states[-1] if self.head is not None else None), out.logits
+            else:
+                hidden = self.model.base_model(input_ids=ids, position_ids=pos, cache=self.cache,
+                                               use_cache=True).last_hidden_state
+                out_logits = (head.weight @ hidden[0, -n_logits:].T).T.unsqueeze(0)
             self._cached = start + len(tokens)
-            logits = out.logits[0].float().numpy()
+            logits = out_logits[0].float().numpy()
             if self.head is None:
                 return Step(logits)
-            features, prob = head_outputs(out.hidden_states[-1], out.logits, *self.head.torch_params())
+            features, prob = head_outputs(hidden, out_logits, *self.head.torch_params())
         return Step(logits, (features[0].numpy(), prob.item()))
+
+    def _plain_head(self):
+        """The output projection when it is a plain bias-free linear layer (no draft head, no logit
+        soft-capping), else None. The runner then applies it as W @ h^T: PyTorch's CPU BLAS runs that
+        layout 2-4x faster for the 2-9 rows of a verification than h @ W^T (Gemma-3's 262k x 640 head,
+        2 threads: 3 rows 40 ms against 194; one row the same), and a verification's rows differ from
+        one-token rows by float rounding either way (as before)."""
+        head = self.model.get_output_embeddings()
+        if type(head) is not self._torch.nn.Linear or head.bias is not None:
+            return None
+        if getattr(self.model.config.get_text_config(), "final_logit_softcapping", None):
+            return None
+        return head
