@@ -3,7 +3,7 @@
 Two ways to apply the output projection, same model, same KV cache, side by side:
   - runner: omnidraft's EagerRunner (a plain projection applied as W @ h^T);
   - h @ W^T: the Hugging Face forward's own lm_head (what the runner did before 2026-12-06).
-Median ms of one n-token call after a 64-token prefix (rolled back before each repetition).
+Median ms of one n-token call after a prose prefix of up to 64 tokens (rolled back before each repetition).
 
     .venv/bin/python benchmarks/eager_calls.py --out benchmarks/results/eager_calls --threads 2
 """
