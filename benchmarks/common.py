@@ -75,11 +75,12 @@ class Method:
     from this method's traffic only; the hybrid starts from the costs the warm-up measured (as it
     would from the costs file of earlier runs). When `learner` is given, the method swaps its LoRA
     state into the drafter before generating. draft: GenerationConfig draft fields, or
-    None for target-only; proposer: "drafter", "lookup" or "hybrid".
+    None for target-only; proposer: "drafter", "lookup" or "hybrid"; role: what the method stands for
+    in comparisons (e.g. the suite's regret table), or "".
     """
 
     def __init__(self, pair, draft: dict | None, cache=None, predictor=None, learner=None, lora=None,
-                 proposer: str = "drafter", lookup=None, costs: dict | None = None):
+                 proposer: str = "drafter", lookup=None, costs: dict | None = None, role: str = ""):
         base = pair.decoder
         self.draft = draft
         self.predictor = copy.deepcopy(predictor)
@@ -100,7 +101,10 @@ class Method:
                 chosen.load_state(costs)  # what the warm-up measured, as a costs file from earlier runs would hold
         self.decoder = SpeculativeDecoder(base.target, pair.target_vocab, chosen)
         self.learner, self.lora = learner, lora
+        self.role = role
         self.totals = Totals()
+        self.per_prompt: list[Totals] = []
+        self.tokens: list[int] = []  # the last output
         self.differ = 0  # outputs that differ from the reference (target-only)
 
     def run(self, ids, max_new: int, eos) -> list[int]:
@@ -113,8 +117,16 @@ class Method:
         draft = self.draft or {}
         config = GenerationConfig(max_new, speculative=self.draft is not None, eos_ids=eos, **draft)
         result = self.decoder.generate(ids, config)
-        self.totals += Totals.of(result.stats)
+        self.per_prompt.append(Totals.of(result.stats))
+        self.totals += self.per_prompt[-1]
+        self.tokens = result.token_ids
         return result.token_ids
+
+    def absorb(self, other: "Method") -> None:
+        """Add another method's prompts to this one's (the same method met them from another state)."""
+        self.totals += other.totals
+        self.per_prompt += other.per_prompt
+        self.differ += other.differ
 
     def summary(self, base_tps: float) -> dict:
         return summarize(self.totals, self.differ, base_tps)

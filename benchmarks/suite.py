@@ -58,7 +58,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import Method, ceiling, cost_ratio, hf_generate, save_results, summarize  # noqa: E402
 
 PEERS = ("HF generate (target-only)", "HF assisted (other tokenizer)")
-WORKLOADS = corpora.DOMAINS + corpora.WORKLOADS
+WORKLOADS = corpora.DOMAINS + corpora.WORKLOADS + (corpora.FIRST_CONTACT,)
+# The four methods the regret table compares: the hybrid against each alone, prompt by prompt.
+TARGET_ONLY, DRAFTER_ALONE, LOOKUP_ALONE, HYBRID = "target-only", "drafter", "lookup", "hybrid"
 
 
 def systems(args) -> list[tuple[str, callable]]:
@@ -100,9 +102,9 @@ class Shadow:
         self.lookup.begin(seq, config, rng)
         self.drafting.begin(seq, config, rng)
 
-    def propose(self, seq, budget):
-        self.lookup.candidates(seq, budget)
-        return self.hybrid.draft(seq, budget)
+    def propose(self, seq, budget, after=None):
+        self.lookup.propose(seq, budget)  # judged against what the target commits
+        return self.drafting.propose(seq, budget)
 
     def observe(self, seq, rnd):
         self.hybrid.observe(seq, rnd)
@@ -163,18 +165,40 @@ def make_methods(pair, args, learner, zero_lora, warm) -> dict[str, Method]:
     drafter = pair.decoder.drafter
     draft = _auto(args) if drafter.has_head else dict(draft_len=args.draft_len)
     length = "auto" if drafter.has_head else f"k={args.draft_len}"
-    methods = {"target-only": Method(pair, None)}
+    methods = {"target-only": Method(pair, None, role=TARGET_ONLY)}
     if args.extended:
         fixed = dict(draft_len=args.draft_len)
         methods[f"k={args.draft_len}, no n-gram cache"] = Method(pair, fixed, None, predictor, learner, zero_lora)
         methods[f"k={args.draft_len} + n-gram cache"] = Method(pair, fixed, cache, predictor, learner, zero_lora)
-    methods[f"drafter ({length} + n-gram cache)"] = Method(pair, draft, cache, predictor, learner, zero_lora)
-    methods["lookup"] = Method(pair, draft, proposer="lookup", lookup=lookup)
+    methods[f"drafter ({length} + n-gram cache)"] = Method(pair, draft, cache, predictor, learner, zero_lora,
+                                                           role=DRAFTER_ALONE)
+    methods["lookup"] = Method(pair, draft, proposer="lookup", lookup=lookup, role=LOOKUP_ALONE)
     methods[f"hybrid (lookup + drafter {length})"] = Method(pair, draft, cache, predictor, learner, zero_lora,
-                                                            proposer="hybrid", lookup=lookup, costs=costs)
+                                                            proposer="hybrid", lookup=lookup, costs=costs, role=HYBRID)
     if args.extended and learner is not None:
         methods[f"adapted: LoRA + {length} + cache"] = Method(pair, draft, cache, predictor, learner, lora)
     return methods
+
+
+def empty_state(pair, learner, zero_lora) -> tuple:
+    """What a fresh $OMNIDRAFT_HOME holds: no n-gram cache entries, the head's prior, no lookup history, no
+    measured costs, the pretrained drafter (the warm-up's return shape)."""
+    dec = pair.decoder
+    predictor = None
+    if dec.drafter.has_head:
+        predictor = AcceptancePredictor(AcceptanceHead.initial(dec.drafter.head.n_features))
+    if learner is not None:
+        learner.load_state(zero_lora)
+    return NGramCache(dec.bridge.pair_id), predictor, LookupProposer(HistoryIndex()), zero_lora, None, None
+
+
+def measure(methods: dict[str, Method], ids, eos, max_new: int) -> None:
+    """Every method on one prompt, interleaved; outputs compared with the first method's (target-only)."""
+    reference = None
+    for method in methods.values():
+        tokens = method.run(ids, max_new, eos)
+        reference = tokens if reference is None else reference
+        method.differ += tokens != reference
 
 
 def run_system(label: str, pair, args, bar) -> dict:
@@ -197,6 +221,14 @@ def run_system(label: str, pair, args, bar) -> dict:
     out = {"system": label, "backend": dec.target.backend, "drafter": pair.drafter_name, "target": pair.target_name,
            "cost_ratio_c": c, "target_step_ms": step, "adaptation": why_not, "workloads": {}}
     for workload in args.workloads:
+        if workload == corpora.FIRST_CONTACT:
+            methods = first_contact(pair, args, learner, zero_lora, bar)
+            runs = {name: [m.totals, m.differ] for name, m in methods.items()}
+            base_tps = methods["target-only"].totals.tokens_per_s
+            rows = {name: _row(name, t, differ, base_tps, c) for name, (t, differ) in runs.items()}
+            out["workloads"][workload] = {"methods": rows, "adaptation": None, "regret": regret(methods)}
+            groups[_group(workload)] = {name: [t, differ] for name, (t, differ) in runs.items()}
+            continue
         warm = warm_up(pair, learner, zero_lora, workload, args, bar)
         methods = make_methods(pair, args, learner, zero_lora, warm)
         peer_runs = {name: [Totals(), 0] for name in (PEERS if peers else ())}
@@ -206,11 +238,8 @@ def run_system(label: str, pair, args, bar) -> dict:
             if not fits(pair, ids, args):
                 bar.update()
                 continue
-            reference = None
-            for method in methods.values():
-                tokens = method.run(ids, args.max_new_tokens, eos)
-                reference = tokens if reference is None else reference
-                method.differ += tokens != reference
+            measure(methods, ids, eos, args.max_new_tokens)
+            reference = methods["target-only"].tokens
             if peers:
                 if learner is not None:
                     learner.load_state(zero_lora)  # the peer drafts with the pretrained drafter
@@ -227,7 +256,8 @@ def run_system(label: str, pair, args, bar) -> dict:
         base_tps = methods["target-only"].totals.tokens_per_s
         rows = {name: _row(name, t, differ, base_tps, c) for name, (t, differ) in runs.items()}
         adapter = warm[4]
-        out["workloads"][workload] = {"methods": rows, "adaptation": adapter.report() if adapter is not None else None}
+        out["workloads"][workload] = {"methods": rows, "adaptation": adapter.report() if adapter is not None else None,
+                                      "regret": regret(methods)}
         for name, (t, differ) in runs.items():
             total = groups.setdefault(_group(workload), {}).setdefault(name, [Totals(), 0])
             total[0] += t
@@ -237,6 +267,58 @@ def run_system(label: str, pair, args, bar) -> dict:
         base_tps = runs["target-only"][0].tokens_per_s
         out["groups"][group] = {name: _row(name, t, differ, base_tps, c) for name, (t, differ) in runs.items()}
     return out
+
+
+def first_contact(pair, args, learner, zero_lora, bar) -> dict[str, Method]:
+    """Each prompt met by every method from an empty state (as in a fresh $OMNIDRAFT_HOME), in a process
+    whose kernels are warm (a throwaway generation first); the methods' totals over the prompts."""
+    items = corpora.workload(corpora.FIRST_CONTACT, args.first_contact, args.seed, "eval", args.prompt_chars)
+    warm = make_methods(pair, args, learner, zero_lora, empty_state(pair, learner, zero_lora))
+    measure(warm, encode(pair, items[-1], "first-contact"), pair.eos_ids(), 8)  # warm kernels, not state
+    totals: dict[str, Method] | None = None
+    for item in items:
+        ids = encode(pair, item, "first-contact")
+        if not fits(pair, ids, args):
+            bar.update()
+            continue
+        methods = make_methods(pair, args, learner, zero_lora, empty_state(pair, learner, zero_lora))
+        measure(methods, ids, pair.eos_ids(), args.first_contact_tokens)
+        if totals is None:
+            totals = methods
+        else:
+            for name, m in methods.items():
+                totals[name].absorb(m)
+        bar.set_postfix_str("first contact " + " ".join(f"{m.totals.tokens_per_s:.1f}" for m in totals.values())
+                            + " tok/s")
+        bar.update()
+    return totals or {}
+
+
+def regret(methods: dict[str, Method]) -> dict | None:
+    """The hybrid against target-only and against the best of target-only, lookup alone and the drafter
+    alone: over the workload (tok/s of the summed prompts) and per prompt (the worst prompt), and who
+    proposed the emitted tokens."""
+    by_role = {m.role: m for m in methods.values() if m.role}
+    if set(by_role) != {TARGET_ONLY, DRAFTER_ALONE, LOOKUP_ALONE, HYBRID}:
+        return None
+    others = [by_role[r] for r in (TARGET_ONLY, DRAFTER_ALONE, LOOKUP_ALONE)]
+    hybrid = by_role[HYBRID]
+    tps = lambda t: t.tokens_per_s  # noqa: E731
+    best = max(others, key=lambda m: tps(m.totals))
+    per_prompt = []
+    for i, h in enumerate(hybrid.per_prompt):
+        rates = {m.role: tps(m.per_prompt[i]) for m in others}
+        top = max(rates, key=rates.get)
+        per_prompt.append({"hybrid": tps(h), **rates, "vs_target_only": tps(h) / rates[TARGET_ONLY],
+                           "vs_best": tps(h) / rates[top], "best": top})
+    t = hybrid.totals
+    drafter_accepted = t.accepted - t.lookup_accepted
+    return {"vs_target_only": tps(t) / tps(by_role[TARGET_ONLY].totals), "vs_best": tps(t) / tps(best.totals),
+            "best": best.role, "worst_prompt": min(per_prompt, key=lambda p: p["vs_best"]) if per_prompt else None,
+            "per_prompt": per_prompt,
+            "shares": {"lookup": t.lookup_accepted / max(t.new_tokens, 1),
+                       "drafter": drafter_accepted / max(t.new_tokens, 1),
+                       "target": (t.new_tokens - t.accepted) / max(t.new_tokens, 1)}}
 
 
 def _row(name: str, t, differ: int, base_tps: float, c: float) -> dict:
@@ -249,6 +331,8 @@ def _row(name: str, t, differ: int, base_tps: float, c: float) -> dict:
 
 
 def _group(workload: str) -> str:
+    if workload == corpora.FIRST_CONTACT:
+        return "first contact"
     return "open-ended" if workload in corpora.DOMAINS else "repetitive"
 
 
@@ -262,6 +346,9 @@ def main() -> int:
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated domains and workloads")
     ap.add_argument("--warmup", type=int, default=8, help="warm-up prompts per workload (adapt split)")
     ap.add_argument("--prompts", type=int, default=4, help="measured prompts per workload (eval split)")
+    ap.add_argument("--first-contact", type=int, default=8,
+                    help="prompts of the first-contact workload (each from an empty state; the demo's first)")
+    ap.add_argument("--first-contact-tokens", type=int, default=48, help="new tokens per first-contact prompt")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--max-context", type=int, default=512, help="eager systems' target context")
     ap.add_argument("--draft-len", type=int, default=4, help="k of the fixed-length methods")
@@ -290,7 +377,8 @@ def main() -> int:
               "date": time.strftime("%Y-%m-%d"), "warmup": args.warmup, "prompts": args.prompts,
               "max_new_tokens": args.max_new_tokens, "draft_len": args.draft_len, "cap": args.cap,
               "gamma": args.gamma, "workloads": args.workloads, "systems": []}
-    per_system = (args.warmup + args.prompts) * len(args.workloads)
+    per_system = sum(args.first_contact if w == corpora.FIRST_CONTACT else args.warmup + args.prompts
+                     for w in args.workloads)
     with tqdm(total=per_system * len(chosen), file=sys.stderr, unit="prompt", dynamic_ncols=True) as bar:
         for label, load in chosen:
             bar.set_description(label)
@@ -349,6 +437,21 @@ def render_table(r: dict) -> str:
                 m = s["workloads"].get(w, {}).get("methods", {}).get(name)
                 cells.append(f"{m['tokens_per_s']:.2f} ({m['speedup']:.2f}x)" if m and m["speedup"] else "-")
             lines.append(f"| {s['system']} | {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Regret: the hybrid against target-only and against the best of target-only, lookup alone and "
+              "the drafter alone (tok/s over the workload's prompts), its worst prompt against that prompt's best "
+              "of the three, and who proposed the hybrid's output tokens (lookup / drafter / the target itself):",
+              "", "| system | workload | hybrid vs target-only | vs best single | worst prompt vs its best | "
+              "tokens from lookup / drafter / target |", "|---|---|---|---|---|---|"]
+    for s in r["systems"]:
+        for w, d in s["workloads"].items():
+            g = d.get("regret")
+            if not g:
+                continue
+            worst = g["worst_prompt"]
+            worst = f"{worst['vs_best']:.2f}x (best: {worst['best']})" if worst else "-"
+            sh = g["shares"]
+            lines.append(f"| {s['system']} | {w} | {g['vs_target_only']:.2f}x | {g['vs_best']:.2f}x ({g['best']}) | "
+                         f"{worst} | {sh['lookup']:.2f} / {sh['drafter']:.2f} / {sh['target']:.2f} |")
     adapted = [(s, w, d["adaptation"]) for s in r["systems"] for w, d in s["workloads"].items() if d["adaptation"]]
     if adapted:
         lines += ["", "LoRA updates during the warm-ups (paused while measuring):", "",

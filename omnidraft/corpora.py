@@ -28,6 +28,10 @@ from pathlib import Path
 from .errors import OmniDraftError
 
 DOMAINS = ("code", "prose", "chat")
+# Domains no corpus above covers, held out from everything the shipped drafter was taught: what a user
+# brings. docs - the long descriptions (READMEs, in Markdown or reStructuredText) of the Python packages
+# installed beside omnidraft (their METADATA files; omnidraft's own is left out).
+UNSEEN = ("docs",)
 SPLITS = ("eval", "adapt")
 
 
@@ -66,6 +70,25 @@ def _chat_items() -> list[tuple[str, str]]:
     return items
 
 
+def _docs_items() -> list[Path]:
+    """Installed packages' METADATA files whose description is long enough to draw prompts from."""
+    import site
+
+    roots = {Path(p) for p in site.getsitepackages()} | {Path(sysconfig.get_paths()["purelib"])}
+    files = {f for root in roots if root.is_dir() for f in root.glob("*.dist-info/METADATA")}
+    keep = [f for f in files if not f.parent.name.startswith("omnidraft-") and len(_description(f)) > 2000]
+    if not keep:
+        raise OmniDraftError("no package descriptions found for the docs corpus")
+    return sorted(keep, key=lambda f: f.parent.name)
+
+
+def _description(path: Path) -> str:
+    """A METADATA file's body (the package's long description), after its header block."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    _, _, body = text.partition("\n\n")
+    return body
+
+
 def _window(lines: list[str], rng: random.Random, n_lines: int, max_chars: int) -> str | None:
     if len(lines) <= n_lines:
         return None
@@ -77,9 +100,9 @@ def _window(lines: list[str], rng: random.Random, n_lines: int, max_chars: int) 
 
 
 def prompts(domain: str, n: int, seed: int = 0, split: str = "eval", max_chars: int = 600) -> list[str]:
-    """`n` seeded prompts of one domain from one split."""
-    if domain not in DOMAINS:
-        raise OmniDraftError(f"unknown domain {domain!r}; choose from {', '.join(DOMAINS)}")
+    """`n` seeded prompts of one domain (or unseen domain) from one split."""
+    if domain not in DOMAINS + UNSEEN:
+        raise OmniDraftError(f"unknown domain {domain!r}; choose from {', '.join(DOMAINS + UNSEEN)}")
     if split not in SPLITS:
         raise OmniDraftError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
     rng = random.Random(f"{domain}-{split}-{seed}")
@@ -88,14 +111,16 @@ def prompts(domain: str, n: int, seed: int = 0, split: str = "eval", max_chars: 
         pool = sorted({text for _, text in _chat_items() if _split_of(text) == split})
         rng.shuffle(pool)
         return pool[:n]
-    files = _code_items() if domain == "code" else _prose_items()
-    files = [f for f in files if _split_of(f.name) == split]
+    files = {"code": _code_items, "prose": _prose_items, "docs": _docs_items}[domain]()
+    name = (lambda f: f.parent.name.split("-")[0]) if domain == "docs" else (lambda f: f.name)  # docs: by package
+    files = [f for f in files if _split_of(name(f)) == split]
     out: list[str] = []
     attempts = 0
     while len(out) < n and attempts < 50 * n:
         attempts += 1
         path = rng.choice(files)
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+        text = _description(path) if domain == "docs" else path.read_text(encoding="utf-8", errors="replace")
+        lines = text.splitlines(keepends=True)
         text = _window(lines, rng, 14 if domain == "code" else 10, max_chars)
         if text:
             out.append(text)
@@ -103,14 +128,22 @@ def prompts(domain: str, n: int, seed: int = 0, split: str = "eval", max_chars: 
 
 
 WORKLOADS = ("code-infile", "structured", "quote", "multiturn", "history")
+# The demo's prompt (`make demo`), and a workload of prompts each met with no learned state at all
+# (benchmarks start every one of them from an empty state): the demo's prompt, then the domains in turn.
+DEMO_PROMPT = "Once upon a time, in a small village by the sea,"  # the Makefile's PROMPT
+FIRST_CONTACT = "first-contact"
 
 
 def workload(name: str, n: int, seed: int = 0, split: str = "eval", max_chars: int = 1200) -> list:
     """`n` seeded prompts of a domain or workload: a text, or (multiturn) a list of chat messages."""
     if name in DOMAINS:
         return prompts(name, n, seed, split, max_chars)
+    if name == FIRST_CONTACT:
+        per_domain = {d: prompts(d, n, seed, split, min(max_chars, 600)) for d in DOMAINS}
+        mixed = [per_domain[DOMAINS[i % len(DOMAINS)]][i // len(DOMAINS)] for i in range(n - 1)]
+        return ([DEMO_PROMPT] + mixed)[:n]
     if name not in WORKLOADS:
-        raise OmniDraftError(f"unknown workload {name!r}; choose from {', '.join(DOMAINS + WORKLOADS)}")
+        raise OmniDraftError(f"unknown workload {name!r}; choose from {', '.join(DOMAINS + WORKLOADS + (FIRST_CONTACT,))}")
     if split not in SPLITS:
         raise OmniDraftError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
     rng = random.Random(f"{name}-{split}-{seed}")

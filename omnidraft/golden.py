@@ -151,9 +151,8 @@ def verify_vectors(rng) -> dict:
                 dists = [sampler.probs(row) for row in draft_logits]
                 draft = [int(rng.choice(vocab, p=d)) for d in dists]
                 q = [float(d[t]) for d, t in zip(dists, draft)]
-            prop = bridge.propose(draft, np.array(q), None, max_tokens=m)
-            if not sampler.greedy:
-                prop.q_dist = lambda j, v, prop=prop, dists=dists: bridge.proposal_distribution(prop, j, dists, v)
+            prop = bridge.proposal(bridge.propose(draft, np.array(q), None, max_tokens=m),
+                                   None if sampler.greedy else dists)
             uniforms = Uniforms(rng.random(m + 2))
             n, nxt = verify(prop, target_logits.astype(np.float32), sampler, uniforms)
             cases.append({"temperature": temperature, "top_p": top_p, "draft": draft,
@@ -285,7 +284,7 @@ LOOKUP_QUERIES = [
 
 def lookup_vectors(vocabs: dict) -> dict:
     """The lookup index, walk, scorer and hybrid prefix choice on the real target tokenizer's ids."""
-    from .runtime.hybrid import best_prefix
+    from .runtime.hybrid import options
     from .runtime.lookup import HistoryIndex, find_candidates
     from .runtime.lookup_proposer import LookupScorer
 
@@ -311,10 +310,48 @@ def lookup_vectors(vocabs: dict) -> dict:
                 labels = [float(j % 3 != 2) for j in range(len(c))]
                 scorer.learn(x, np.array(labels))
                 case["labels"], case["weights_after"] = labels, scorer.weights.tolist()
-                value, m = best_prefix(np.array(case["probs"]), lambda n: 0.05 + 0.011 * (n - 1))
+                case["offset_after"] = scorer.offset
+                value, choice, m = max(options(np.array(case["probs"]), lambda n: 0.05 + 0.011 * (n - 1), None, 0),
+                                       key=lambda o: o[0])
                 case["best_prefix"] = {"a": 0.05, "b": 0.011, "value": value, "m": m}
+            if len(queries) % 8 == 7:
+                scorer.begin()  # a new generation: its own correction starts afresh
+                case["begin_after"] = True
             queries.append(case)
     return {"max_tokens": 90, "ops": ops, "queries": queries}
+
+
+def hybrid_vectors(rng: np.random.Generator) -> dict:
+    """The hybrid's pieces: the target cost fit, the drafter's running figures, and each round's choice."""
+    from .runtime.hybrid import CARRY, EXPLORE_SHARE, CallCosts, DrafterRounds, options
+
+    costs = CallCosts()
+    fits = []
+    for n, s in [(1, 0.013), (3, 0.017), (1, 0.0125), (2, 0.0152), (9, 0.031), (1, 0.014), (5, 0.02)]:
+        costs.observe_target(n, s)
+        fits.append({"n": n, "seconds": s, "T1": costs.target(1), "T4": costs.target(4), "T12": costs.target(12)})
+    rounds = DrafterRounds()
+    seq = []
+    for accepted, proposed, calls in [(0, 3, 3), (1, 1, 1), (2, 2, 2), (0, 1, 1), (4, 5, 5)]:
+        rounds.add(accepted, proposed, calls)
+        seq.append({"add": [accepted, proposed, calls], "means": list(rounds.means())})
+    carried = rounds.carried()
+    cases = []
+    for i in range(32):
+        probs = np.round(rng.uniform(0.05, 0.98, size=int(rng.integers(0, 7))), 3)
+        a, b = float(rng.uniform(0.01, 0.1)), float(rng.uniform(0.0, 0.02))
+        drafter = None if i % 5 == 0 else (float(rng.uniform(0, 2)), float(rng.uniform(1, 4)), float(rng.uniform(1, 4)),
+                                           float(rng.uniform(0.001, 0.03)))
+        budget = int(rng.integers(1, 10))
+        if i >= 24:  # verification and drafting nearly free, lookup unsure: where chains win
+            probs, b = np.round(rng.uniform(0.3, 0.8, size=int(rng.integers(1, 4))), 3), float(rng.uniform(0, 5e-4))
+            drafter, budget = (float(rng.uniform(0.5, 1.5)), 2.0, 2.0, 0.0005), 8
+        value, choice, m = max(options(probs, lambda n, a=a, b=b: a + b * (n - 1), drafter, budget),
+                               key=lambda o: o[0])
+        cases.append({"probs": probs.tolist(), "a": a, "b": b, "drafter": drafter, "budget": budget,
+                      "value": value, "choice": choice, "m": m})
+    return {"fits": fits, "rounds": seq, "carried": carried.values(), "explore_share": EXPLORE_SHARE, "carry": CARRY,
+            "cases": cases}
 
 
 def write_all(out: Path) -> None:
@@ -323,7 +360,7 @@ def write_all(out: Path) -> None:
     rng = np.random.default_rng(0)
     files = {"tokenizers.json": tokenizer_vectors(vocabs), "ngram_cache.json": cache_vectors(rng),
              "bridge.json": bridge_vectors(vocabs), "verify.json": verify_vectors(rng),
-             "training.json": training_vectors(vocabs), "lookup.json": lookup_vectors(vocabs), "manifest.json": manifest_vectors(vocabs),
+             "training.json": training_vectors(vocabs), "lookup.json": lookup_vectors(vocabs), "hybrid.json": hybrid_vectors(rng), "manifest.json": manifest_vectors(vocabs),
              "families.json": family_vectors(vocabs["drafter"])}
     for name, data in files.items():
         write_bytes_atomic(Path(out) / name, json.dumps(data, ensure_ascii=False).encode("utf-8"))

@@ -7,7 +7,7 @@ import pytest
 from omnidraft.adaptation.predictor import AcceptancePredictor, PredictorConfig
 from omnidraft.errors import OmniDraftError
 from omnidraft.runtime.acceptance import N_CONFIDENCE, AcceptanceHead, draft_labels, n_features
-from omnidraft.runtime.bridge import DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST, Proposal
+from omnidraft.runtime.bridge import DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST, Translation
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.draft_length import DraftLength
 from omnidraft.runtime.drafting import DraftModel
@@ -50,7 +50,7 @@ def _logits_choosing(*tokens, vocab=10):
 
 def test_labels_follow_the_documented_conventions_for_merges_and_splits():
     # draft tokens 0..5: 0 direct, 1-2 merged into one target token, 3 split in two pieces, 4 direct, 5 past a gap
-    prop = Proposal()
+    prop = Translation()
     prop.append(7, 1.0, DIRECT, 0, 1, 0)
     prop.append(8, 1.0, NGRAM, 1, 3, 1)
     prop.append(2, 1.0, SPLIT_FIRST, 3, 3, 3)
@@ -66,7 +66,7 @@ def test_labels_follow_the_documented_conventions_for_merges_and_splits():
     assert labels[1] == 0 and labels[2] == 1
     # sampling: min(1, p/q')
     soft = Sampler(temperature=1.0)
-    one = Proposal()
+    one = Translation()
     one.append(7, 0.5, DIRECT, 0, 1, 7)
     row = np.log(np.full((2, 10), 0.5 / 9))
     row[0, 7] = np.log(0.5)

@@ -213,7 +213,8 @@ def test_two_processes_saving_one_ngram_cache_keep_both_sets_of_entries(tmp_path
 
 
 def test_one_prompt_runs_adapt_like_a_stream_and_two_processes_share_an_adapter(home, tiny_checkpoints):
-    args = tiny_generate(tiny_checkpoints, "--adapt", "--adapt-every", "1", "--profile", "p", "--proposer", "drafter")  # every round drafts: examples each run
+    # the default proposer (the hybrid): every verified round teaches, whoever proposed it
+    args = tiny_generate(tiny_checkpoints, "--adapt", "--adapt-every", "1", "--profile", "p")
     updates = []
     for _ in range(3):
         code, out, err = cli(*args)

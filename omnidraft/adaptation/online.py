@@ -119,6 +119,11 @@ class OnlineAdapter:
         self._builder = None
         if example is None:
             return False
+        return self.add(example)
+
+    def add(self, example: Example) -> bool:
+        """One finished generation's example (its latest `window` draft tokens): buffered or held out, and an
+        update when one is due. True when the drafter's weights changed."""
         if self.state_path is None:
             return self._add(example.window(self.config.window))
         try:

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from .bridge import Proposal
+from .bridge import Translation
 from .sampling import Sampler
 
 N_CONFIDENCE = 2  # top-1 probability, normalized entropy
@@ -88,7 +88,7 @@ class AcceptanceHead:
         return torch.from_numpy(self.weight), torch.from_numpy(self.bias)
 
 
-def draft_labels(proposal: Proposal, target_logits: np.ndarray, sampler: Sampler, n_draft: int) -> np.ndarray:
+def draft_labels(proposal: Translation, target_logits: np.ndarray, sampler: Sampler, n_draft: int) -> np.ndarray:
     """Per draft token, its acceptance label in [0, 1] (NaN: never judged, e.g. past the bridge's gap)."""
     labels = np.full(n_draft, np.nan)
     covered = max(proposal.draft_end, default=0)

@@ -16,24 +16,20 @@ is plain, exactly lossless speculative decoding.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
-
 import numpy as np
 
 from .ngram_cache import NGramCache
+from .proposers import Proposal
 from .vocab import Vocab
 
-DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST, LOOKUP = "direct", "ngram", "split", "split-rest", "lookup"
+DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST = "direct", "ngram", "split", "split-rest"
 
 
 @dataclass
-class Proposal:
-    """Target tokens proposed for one round, with where each came from.
-
-    Drafter proposals record where each token came from in the draft; a lookup
-    proposal is a point mass (q' = 1 on its token), which is also the default
-    distribution when `q_dist` is not set.
-    """
+class Translation:
+    """A draft translated into target tokens, with where each target token came from in the draft
+    (the drafter's own bookkeeping: which draft tokens an accepted target token covers, for
+    resynchronizing, teaching the n-gram cache and labelling the acceptance head)."""
 
     target_ids: list[int] = field(default_factory=list)
     q: list[float] = field(default_factory=list)  # q'(t); 1.0 when sampling is off
@@ -41,25 +37,9 @@ class Proposal:
     draft_start: list[int] = field(default_factory=list)  # draft index whose distribution proposed it
     draft_end: list[int] = field(default_factory=list)  # draft tokens fully spelled once this is accepted
     first_draft_id: list[int] = field(default_factory=list)
-    source: str = ""  # who proposed it: "drafter" or "lookup"
-    q_dist: Callable[[int, int], np.ndarray] | None = None  # (j, target vocab) -> q' over the vocabulary
 
     def __len__(self) -> int:
         return len(self.target_ids)
-
-    @classmethod
-    def point_masses(cls, target_ids, source: str) -> "Proposal":
-        """Deterministic proposals (lookup): q' = 1 on each token."""
-        n = len(target_ids)
-        return cls([int(t) for t in target_ids], [1.0] * n, [LOOKUP] * n, [-1] * n, [-1] * n, [-1] * n, source)
-
-    def distribution(self, j: int, vocab: int) -> np.ndarray:
-        """q' over the target vocabulary at position j (for the residual of a rejection)."""
-        if self.q_dist is not None:
-            return self.q_dist(j, vocab)
-        q = np.zeros(vocab, dtype=np.float64)
-        q[self.target_ids[j]] = 1.0
-        return q
 
     def append(self, target_id, q, kind, start, end, first_draft_id) -> None:
         self.first_draft_id.append(int(first_draft_id))
@@ -97,9 +77,9 @@ class VocabBridge:
         self.pair_id = f"{draft.fingerprint}-{target.fingerprint}"
 
     # -- draft -> target -----------------------------------------------------------
-    def propose(self, draft_ids, draft_q, cache: NGramCache | None, max_tokens: int) -> Proposal:
+    def propose(self, draft_ids, draft_q, cache: NGramCache | None, max_tokens: int) -> Translation:
         """Translate a draft into at most `max_tokens` target tokens (stops at the first gap)."""
-        prop = Proposal()
+        prop = Translation()
         i, k = 0, len(draft_ids)
         while i < k and len(prop) < max_tokens:
             d = int(draft_ids[i])
@@ -127,6 +107,14 @@ class VocabBridge:
         prop.truncate(max_tokens)
         return prop
 
+    def proposal(self, tr: Translation, dists=None, source: str = "drafter") -> Proposal:
+        """The translated draft as the loop's Proposal: q' per token, and with the draft's distributions
+        (sampling; None when greedy) q' over the target vocabulary for a rejection's residual."""
+        q_dist = None
+        if dists is not None:
+            q_dist = lambda j, vocab: self.proposal_distribution(tr, j, dists, vocab)  # noqa: E731
+        return Proposal(list(tr.target_ids), list(tr.q), [source] * len(tr), None, q_dist)
+
     def _split(self, d: int) -> list[int]:
         if self.draft.special[d]:
             return []
@@ -135,7 +123,7 @@ class VocabBridge:
         except ValueError:
             return []
 
-    def proposal_distribution(self, prop: Proposal, j: int, draft_probs: np.ndarray, target_vocab: int) -> np.ndarray:
+    def proposal_distribution(self, prop: Translation, j: int, draft_probs: np.ndarray, target_vocab: int) -> np.ndarray:
         """q' over the target vocabulary at proposal position j (for the residual).
 
         Directly mapped draft mass moves to its target twin; a merged n-gram takes
@@ -179,7 +167,7 @@ class VocabBridge:
             return [int(t) for t in target_ids]
         return self.draft.encode_bytes(self.target.decode_bytes(target_ids), lenient=True)
 
-    def resync(self, draft_ids, proposal: Proposal, n_accepted: int, next_token: int) -> tuple[int, list[int]]:
+    def resync(self, draft_ids, proposal: Translation, n_accepted: int, next_token: int) -> tuple[int, list[int]]:
         """After a round: how many drafted tokens the drafter keeps, and what it appends.
 
         The kept draft tokens spell a prefix of the accepted text; the rest of that

@@ -25,10 +25,10 @@ import numpy as np
 from ..errors import OmniDraftError
 from ..progress import log
 from .acceptance import NO_HEAD
-from .bridge import Proposal, VocabBridge
+from .bridge import VocabBridge
 from .draft_length import DraftLength
 from .drafting import DRAFTER, DraftModel
-from .proposers import Proposer, Round
+from .proposers import Proposal, Proposer, Round
 from .runner import ModelRunner, prefill
 from .sampling import Sampler
 from .verify import verify
@@ -175,8 +175,9 @@ class SpeculativeDecoder:
             target.rollback(len(seq) + n)
             seq.extend(rnd.committed)
             rounds.append((time.perf_counter() - start, m, n))
-            if m:
-                by_source.setdefault(proposal.source, Counter()).update(rounds=1, proposed=m, accepted=n)
+            for source in dict.fromkeys(proposal.sources):  # who proposed what, and how much of it was accepted
+                by_source.setdefault(source, Counter()).update(
+                    rounds=1, proposed=proposal.sources.count(source), accepted=proposal.sources[:n].count(source))
             # learn
             if speculative:
                 proposer.observe(seq, rnd)

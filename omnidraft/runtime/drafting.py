@@ -2,28 +2,53 @@
 the draft into target tokens (through the n-gram cache), and the acceptance head says
 when to stop drafting.
 
-The drafter keeps its own view of the text (`draft_seq`, in draft tokens). After a
-round it drafted, the tokens the target accepted stay in its cache and the rest is
-rolled back; after a round someone else proposed (lookup), the committed text is only
-appended to `draft_seq`, and the drafter catches up on it in one call the next time it
-drafts. Every round teaches the n-gram cache how the drafter spells the committed
-target tokens.
+The drafter keeps its own view of the committed text (`draft_seq`, in draft tokens) and
+reads it lazily: whatever its cache does not hold yet (the prompt, text committed while
+another proposer proposed) is read in the first call of its next draft ("catching up"),
+so a generation in which it never drafts never runs it. After a round it drafted, the
+tokens the target accepted stay in its cache and the rest is rolled back. It can also
+continue another proposal (`after`, a lookup prefix): it then reads that proposal's text
+as if committed and drafts what follows. Every round teaches the n-gram cache how the
+drafter spells the committed target tokens.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .acceptance import draft_labels
-from .bridge import NGRAM, Proposal, VocabBridge
+from .bridge import NGRAM, Translation, VocabBridge
 from .draft_length import DraftLength
 from .ngram_cache import NGramCache
-from .proposers import Round
+from .proposers import Proposal, Round
 from .runner import ModelRunner, prefill, reuse
 
 DRAFTER = "drafter"
+
+
+@dataclass
+class DrafterCounters:
+    calls: int = 0  # drafter model calls
+    draft_tokens: int = 0  # tokens drafted (the drafter's vocabulary)
+    rounds: int = 0  # drafts made
+    ngram_hits: int = 0  # proposed target tokens that were merged n-grams
+    ngram_accepted: int = 0
+    catchup_tokens: int = 0  # text read in the first call of a draft beyond its one new token
+    catchup_seconds: float = 0.0  # those calls' time beyond a one-token step (estimated from the steps)
+    step_seconds: list[float] = field(default_factory=list)  # one-token drafting steps
+
+
+@dataclass
+class _InFlight:
+    """The draft of the round being verified: what only the drafter needs to learn from it."""
+
+    ids: list[int]  # draft tokens drafted
+    features: list  # the acceptance head's features per draft token
+    translation: Translation
+    spelled_prefix: list[int]  # the continued proposal's text in draft tokens (read as if committed)
 
 
 class DraftModel:
@@ -36,9 +61,8 @@ class DraftModel:
         self._length: tuple[tuple, DraftLength] | None = None  # kept across calls (the heuristic's state)
         self._config = self._rng = None
         self.draft_seq: list[int] = []
-        self._last: tuple | None = None  # (draft ids, features) of the proposal in flight
-        self.counters = {}
-        self.step_seconds: list[float] = []
+        self._last: _InFlight | None = None
+        self.counters = DrafterCounters()
 
     @classmethod
     def between(cls, target: ModelRunner, target_vocab, drafter: ModelRunner, draft_vocab,
@@ -53,50 +77,67 @@ class DraftModel:
     def cross_vocab(self) -> bool:
         return not self.bridge.identity
 
-    def begin(self, seq: list[int], config, rng: np.random.Generator, eager: bool = True) -> None:
-        """eager=False: do not read the prompt now (the drafter catches up when it first drafts, if ever)."""
+    def begin(self, seq: list[int], config, rng: np.random.Generator, read_prompt: bool = True) -> None:
+        """A generation starts; the drafter reads the prompt now (the prompt's processing, as the target's), or
+        with read_prompt=False when it first drafts, if ever (the hybrid, when the drafter may not be used)."""
         self._config, self._rng = config, rng
         key = (config.draft_policy, config.draft_len, config.max_draft_len, config.gamma)
         if self._length is None or self._length[0] != key:
             self._length = (key, config.draft_length())
         self.draft_seq = self.bridge.draft_prompt(seq)
-        (prefill if eager else reuse)(self.drafter, self.draft_seq)
         self._last = None
-        self.counters = dict(drafter_calls=0, draft_tokens=0, rounds_drafted=0, ngram_hits=0, ngram_accepted=0)
-        self.step_seconds: list[float] = []
+        self.counters = DrafterCounters()
+        if read_prompt:
+            self.read_prompt()
+
+    def read_prompt(self) -> None:
+        """Bring the drafter's cache up to the text so far (all but its last token), reusing what it holds."""
+        prefill(self.drafter, self.draft_seq)
 
     @property
     def length(self) -> DraftLength:
         return self._length[1]
 
-    def propose(self, seq: list[int], budget: int) -> Proposal:
-        drafter, config = self.drafter, self._config
+    def unread(self) -> int:
+        """Draft tokens of the committed text its cache does not hold yet (what its next draft reads first)."""
+        cached, seq = self.drafter.tokens, self.draft_seq
+        keep, limit = 0, min(self.drafter.position, len(seq) - 1)
+        while keep < limit and cached[keep] == seq[keep]:
+            keep += 1
+        return len(seq) - keep
+
+    def propose(self, seq: list[int], budget: int, after: Proposal | None = None) -> Proposal:
+        """Up to `budget` target tokens drafted after `seq` (and after `after`'s tokens, when given)."""
         self._last = None
-        k = min(self.length.budget(), drafter.max_context - len(self.draft_seq) + 1, budget)
+        spelled = self.bridge.spell(after.target_ids) if after is not None and len(after) else []
+        if after is not None and len(after) and not spelled:
+            return Proposal()  # the continued text has no spelling here
+        context = self.draft_seq + spelled
+        k = min(self.length.budget(), self.drafter.max_context - len(context) + 1, budget)
         if k <= 0 or not self.draft_seq:
             return Proposal()
-        strict = config.strict_sampling and self.cross_vocab
-        ids, q, dists, features = self._draft(k, strict)
-        proposal = self.bridge.propose(ids, q, None if strict else self.ngram_cache, budget)
-        proposal.source = DRAFTER
-        if not config.sampler.greedy:
-            proposal.q_dist = lambda j, vocab: self.bridge.proposal_distribution(proposal, j, dists, vocab)
-        self.counters["ngram_hits"] += proposal.kind.count(NGRAM)
-        self._last = (ids, features)
+        strict = self._config.strict_sampling and self.cross_vocab
+        ids, q, dists, features, calls = self._draft(context, k, strict)
+        tr = self.bridge.propose(ids, q, None if strict else self.ngram_cache, budget)
+        self.counters.ngram_hits += tr.kind.count(NGRAM)
+        self._last = _InFlight(ids, features, tr, spelled)
+        proposal = self.bridge.proposal(tr, None if self._config.sampler.greedy else dists, DRAFTER)
+        proposal.calls = calls
         return proposal
 
-    def _draft(self, k: int, strict: bool):
-        """Sample up to k draft tokens; stop early at a token no target token can follow, or
-        when the draft-length policy says so. Returns ids, q(ids), distributions and, with
-        an acceptance head, each token's head features (for training the head).
+    def _draft(self, context: list[int], k: int, strict: bool):
+        """Sample up to k draft tokens after `context`; stop early at a token no target token can
+        follow, or when the draft-length policy says so. Returns ids, q(ids), distributions, each
+        token's head features (for training the head) and the calls made as (tokens, seconds).
 
         strict: sample only among draft tokens with a direct target twin.
         """
-        drafter, draft_seq, sampler, c = self.drafter, self.draft_seq, self._config.sampler, self.counters
-        if drafter.position >= len(draft_seq):  # nothing new to feed (the last text was unspellable)
-            drafter.rollback(len(draft_seq) - 1)
-        logits = drafter.forward(draft_seq[drafter.position :], drafter.position)[-1]  # catching up, then a step
-        c["drafter_calls"] += 1
+        drafter, sampler, c = self.drafter, self._config.sampler, self.counters
+        keep = reuse(drafter, context)  # what the cache already holds of the context
+        fresh = context[keep:]
+        t0 = time.perf_counter()
+        logits = drafter.forward(fresh, keep)[-1]  # catching up, then the first step
+        calls = [(len(fresh), time.perf_counter() - t0)]
         ids, qs, dists, features = [], [], [], []
         special = self.bridge.draft.special
         unmapped = None
@@ -120,40 +161,60 @@ class DraftModel:
             if i + 1 < k:
                 t0 = time.perf_counter()
                 logits = drafter.forward([d], drafter.position)[-1]
-                self.step_seconds.append(time.perf_counter() - t0)  # one-token steps: the cost ratio's numerator
-                c["drafter_calls"] += 1
-        c["draft_tokens"] += len(ids)
-        c["rounds_drafted"] += 1
-        return ids, np.array(qs), dists, features
+                calls.append((1, time.perf_counter() - t0))
+                c.step_seconds.append(calls[-1][1])  # one-token steps: the cost ratio's numerator
+        c.calls += len(calls)
+        c.draft_tokens += len(ids)
+        c.rounds += 1
+        if len(fresh) > 1:
+            c.catchup_tokens += len(fresh) - 1
+            step = float(np.median(c.step_seconds)) if c.step_seconds else None
+            if step is not None:
+                c.catchup_seconds += max(0.0, calls[0][1] - step)
+        return ids, np.array(qs), dists, features, calls
 
     def observe(self, seq: list[int], rnd: Round) -> None:
         """Learn spellings, reward accepted merges, train the head; bring draft_seq up to the committed text."""
-        committed, n = rnd.committed, rnd.accepted
-        ids, features = self._last if rnd.proposal.source == DRAFTER and self._last else ([], [])
-        if ids:
-            self.length.observe(len(rnd.proposal), n)
+        last, self._last = self._last, None
+        offset, mine = rnd.part(DRAFTER)
+        if last is not None and mine:
+            tr = last.translation
+            tr.truncate(mine)  # the loop may have cut the proposal to what fits
+            accepted = rnd.accepted - offset  # of ours; negative: the proposal we continued was cut before us
+            rows = rnd.logits[offset : offset + mine + 1]
             if self.predictor is not None:
-                self.predictor.observe(features, draft_labels(rnd.proposal, rnd.logits, self._config.sampler, len(ids)))
+                self.predictor.observe(last.features, draft_labels(tr, rows, self._config.sampler, len(last.ids)))
+            if accepted >= 0:
+                self.length.observe(mine, accepted)
         cache = self.ngram_cache
+        ours = last is not None and mine and rnd.accepted >= offset
         if cache is not None and self.cross_vocab:
-            for j in range(n if ids else 0):
-                if rnd.proposal.kind[j] == NGRAM:
-                    self.counters["ngram_accepted"] += 1
-                    cache.record_accepted(ids[rnd.proposal.draft_start[j] : rnd.proposal.draft_end[j]])
-            self.bridge.learn(cache, committed)
-        if ids:
-            kept, append = self.bridge.resync(ids, rnd.proposal, n, rnd.next_token)
+            for j in range(rnd.accepted - offset if ours else 0):
+                if last.translation.kind[j] == NGRAM:
+                    self.counters.ngram_accepted += 1
+                    cache.record_accepted(last.ids[last.translation.draft_start[j] : last.translation.draft_end[j]])
+            self.bridge.learn(cache, rnd.committed)
+        if ours:
+            if offset:  # the continued proposal was accepted: its text is committed as the drafter read it
+                self.draft_seq.extend(last.spelled_prefix)
+                committed_ours = rnd.committed[offset:]
+            else:
+                committed_ours = rnd.committed
+            kept, append = self.bridge.resync(last.ids, last.translation, len(committed_ours) - 1,
+                                              committed_ours[-1])
             self.drafter.rollback(len(self.draft_seq) + kept)
-            self.draft_seq.extend(ids[:kept])
-        else:  # not our proposal: the drafter reads the committed text when it next drafts
-            append = self.bridge.spell(committed)
+            self.draft_seq.extend(last.ids[:kept])
+        else:  # not our proposal (or cut before ours): the drafter reads the committed text when it next drafts
+            append = self.bridge.spell(rnd.committed)
         self.draft_seq.extend(append)
-        self._last = None
 
     def end(self, weights_changed: bool = False, remember: bool = True) -> dict:
         if weights_changed:
             self.drafter.reset()  # new weights: the drafter's cached keys and values are stale
-        stats = dict(self.counters, step_seconds=self.step_seconds)
+        c = self.counters
+        stats = {"drafter_calls": c.calls, "draft_tokens": c.draft_tokens, "rounds_drafted": c.rounds,
+                 "ngram_hits": c.ngram_hits, "ngram_accepted": c.ngram_accepted, "step_seconds": c.step_seconds,
+                 "catchup_tokens": c.catchup_tokens, "catchup_seconds": c.catchup_seconds}
         if self.predictor is not None:
             self.predictor.end_generation(weights_changed)
             stats["predictor"] = self.predictor.summary()

@@ -20,9 +20,8 @@ import time
 
 import numpy as np
 
-from .bridge import Proposal
 from .lookup import MAX_MATCH, MAX_OCCURRENCES, Candidates, HistoryIndex, find_candidates
-from .proposers import Round
+from .proposers import Proposal, Round
 
 LOOKUP = "lookup"
 N_FEATURES = 6
@@ -32,15 +31,29 @@ PRIOR = np.array([-2.002, 1.995, -0.400, 2.865, 1.277, 0.576])
 
 
 class LookupScorer:
-    """P(accept) per continuation token: logistic regression, one SGD step per judged token."""
+    """P(accept) per continuation token: logistic regression, one SGD step per judged token.
+
+    Two time scales: the weights learn slowly across generations (and are kept with the history);
+    `offset`, a bias for the current generation only, learns fast (FAST_LR) and starts at 0 with each
+    generation, so that lookup stops proposing within a few rounds on a text where its matches keep
+    missing (a fresh prompt's one-token matches), and trusts them more where they keep hitting.
+    """
+
+    FAST_LR = 0.5
+    MAX_OFFSET = 4.0
 
     def __init__(self, weights=None, lr: float = 0.05):
         self.weights = np.array(PRIOR if weights is None else weights, dtype=np.float64)
         if self.weights.shape != (N_FEATURES,) or not np.isfinite(self.weights).all():
             raise ValueError(f"lookup scorer weights must be {N_FEATURES} finite numbers")
         self.lr = lr
+        self.offset = 0.0
         self.judged = 0
         self.hits = 0
+
+    def begin(self) -> None:
+        """A new generation: its own correction starts afresh."""
+        self.offset = 0.0
 
     @staticmethod
     def features(c: Candidates) -> np.ndarray:
@@ -55,12 +68,13 @@ class LookupScorer:
         return x
 
     def probs(self, x: np.ndarray) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-(x @ self.weights)))
+        return 1.0 / (1.0 + np.exp(-(x @ self.weights + self.offset)))
 
     def learn(self, x: np.ndarray, labels: np.ndarray) -> None:
         for row, y in zip(x, labels):
-            p = 1.0 / (1.0 + math.exp(-float(row @ self.weights)))
+            p = 1.0 / (1.0 + math.exp(-(float(row @ self.weights) + self.offset)))
             self.weights += self.lr * (float(y) - p) * row
+            self.offset = min(max(self.offset + self.FAST_LR * (float(y) - p), -self.MAX_OFFSET), self.MAX_OFFSET)
             self.judged += 1
             self.hits += int(y)
 
@@ -85,10 +99,14 @@ class LookupProposer:
     def begin(self, seq: list[int], config=None, rng=None) -> None:
         self._seq = seq
         self._pending = None
+        self.scorer.begin()
         self.counters = dict(queries=0, query_seconds=0.0, candidates=0)
 
-    def candidates(self, seq: list[int], budget: int) -> tuple[list[int], np.ndarray]:
-        """The continuation lookup offers now (at most `budget` tokens) and P(accept) of each."""
+    def propose(self, seq: list[int], budget: int, after: Proposal | None = None) -> Proposal:
+        """The continuation lookup offers now (at most `budget` tokens), each with its P(accept), for the
+        price of an index query (no model call). It continues no other proposal (`after`: nothing)."""
+        if after is not None:
+            return Proposal()
         t0 = time.perf_counter()
         c = find_candidates(seq, self.history, min(budget, self.max_len))
         x = self.scorer.features(c) if len(c) else np.zeros((0, N_FEATURES))
@@ -97,12 +115,7 @@ class LookupProposer:
         self.counters["queries"] += 1
         self.counters["query_seconds"] += time.perf_counter() - t0
         self.counters["candidates"] += len(c)
-        return c.tokens, probs
-
-    def propose(self, seq: list[int], budget: int) -> Proposal:
-        """Every candidate token (the hybrid policy proposes a chosen prefix instead)."""
-        tokens, _ = self.candidates(seq, budget)
-        return Proposal.point_masses(tokens, LOOKUP)
+        return Proposal.point_masses(c.tokens, LOOKUP, probs)
 
     def observe(self, seq: list[int], rnd: Round) -> None:
         self._seq = seq

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bridge import Proposal
+from .proposers import Proposal
 from .sampling import Sampler, sample
 
 

@@ -1,119 +1,202 @@
 package org.omnidraft.core;
 
+import java.util.function.IntToDoubleFunction;
+
 /**
- * The hybrid policy (omnidraft/runtime/hybrid.py): each round the proposal with the most expected
- * tokens per second: nothing (1 token for T(1)), a lookup prefix of m tokens (1 + E_m tokens for
- * T(m + 1)), or the drafter (its recent tokens per round for its recent cost). T(n) = a + b (n - 1)
- * is fitted from the loop's own target calls (least squares with decay), like the drafter call time.
- * A drafter that does not pay is re-checked after exploreEvery rounds, then ever more rarely, and never
- * when even perfect acceptance could not make it pay.
+ * The hybrid policy (omnidraft/runtime/hybrid.py): each round the option with the most expected tokens
+ * per second: nothing (1 token for T(1)), a lookup prefix of m tokens (1 + E_m tokens for T(m + 1)), the
+ * drafter (1 + A tokens for K drafter steps and T(1 + M)), or a chain: a lookup prefix continued by the
+ * drafter (1 + E_m + S_m A tokens for K steps and T(1 + m + M)). T(n) = a + b (n - 1) is fitted from the
+ * loop's own target calls (least squares with decay and a ridge toward a slope of a tenth of a step); the
+ * drafter's step time is measured from its one-token calls, its catching up (reading text it has not seen)
+ * apart and not charged to a round. A, M and K come from the drafter's recent rounds, its acceptance counted
+ * per judged token from a prior. A drafter not chosen is re-checked, in place of nothing or of a lookup prefix
+ * expected to give less than one token, once EXPLORE_SHARE of the time since its last round covers what a
+ * re-check costs (reading the text it has not seen, its steps, the longer verification).
  */
 public final class Hybrid {
-    public static final int NONE = 0, LOOKUP = 1, DRAFTER = 2;
+    public static final int NONE = 0, LOOKUP = 1, DRAFTER = 2, CHAIN = 3;
+    public static final double EXPLORE_SHARE = 0.02, CARRY = 4.0, MIN_CALL_S = 5e-5, MAX_CALL_S = 60.0;
+    static final double PRIOR_C = 0.2, PRIOR_SLOPE = 0.1, RIDGE = 8.0, DECAY = 0.9;
+
     private final double decay;
     private final double[] sums = new double[5]; // weights, n, s, n*n, n*s
-    private Double drafterCall; // EMA of seconds per drafter call
     private Double drafterStep; // EMA of seconds per one-token drafter step
-    private double[] drafterRounds; // EMA of (tokens per round, drafter calls, proposed per round)
-    private int idle, wait;
-    public final int exploreEvery;
-    public static final int MAX_WAIT = 1024;
+    private Double smallestCall; // the quickest drafter call seen: a bound on its step until one is timed
+    private Double catchup; // EMA of extra seconds per token read in a catching-up call
+    // the drafter's recent rounds: accepted and judged tokens, rounds, proposed tokens, calls (decayed sums)
+    final double[] rounds = {2.0, 4.0, 1.0, 1.5, 1.5};
+    private double idleSeconds; // rounds since the drafter last proposed, as the cost model prices them
+    public final double exploreShare;
+    public boolean chaining = true;
+    private double[] fixed; // {a, b, drafter step}: pinned costs (reproducible tests and what-if runs)
 
-    public Hybrid(double decay, int exploreEvery) {
+    public Hybrid(double decay, double exploreShare) {
         this.decay = decay;
-        this.exploreEvery = exploreEvery;
-        this.wait = exploreEvery;
+        this.exploreShare = exploreShare;
     }
 
     public Hybrid() {
-        this(0.97, 32);
+        this(0.97, EXPLORE_SHARE);
     }
 
-    private double[] fixed; // {a, b, drafter call}: pinned costs (reproducible tests and what-if runs)
-
-    public static Hybrid fixedCosts(double a, double b, double drafterCall, int exploreEvery) {
-        Hybrid h = new Hybrid(0.97, exploreEvery);
-        h.fixed = new double[] {a, b, drafterCall};
+    public static Hybrid fixedCosts(double a, double b, double drafterStep, double exploreShare) {
+        Hybrid h = new Hybrid(0.97, exploreShare);
+        h.fixed = new double[] {a, b, drafterStep};
         return h;
     }
 
+    /** A generation starts: earlier runs' rounds count as at most CARRY rounds, and the re-check clock restarts. */
+    public void begin() {
+        double scale = Math.min(1.0, CARRY / rounds[2]);
+        for (int i = 0; i < rounds.length; i++) rounds[i] *= scale;
+        idleSeconds = 0;
+    }
+
+    /** Whether the drafter, now idle, should read the prompt at once (it is expected to pay) or when first used. */
+    public boolean drafterLikely(int maxDraft) {
+        return couldPay(maxDraft) && drafterValue() >= 1.0 / target(1);
+    }
+
     public void observeTarget(int n, double seconds) {
+        if (seconds < MIN_CALL_S || seconds > MAX_CALL_S) return;
         double[] now = {1.0, n, seconds, (double) n * n, n * seconds};
         for (int i = 0; i < 5; i++) sums[i] = decay * sums[i] + now[i];
     }
 
-    public void observeDrafterStep(double seconds) {
-        drafterStep = drafterStep == null ? seconds : 0.8 * drafterStep + 0.2 * seconds;
+    /** A drafter call of n tokens: one-token calls are steps; longer ones were catching up (not charged). */
+    public void observeDrafterCall(int n, double seconds) {
+        if (seconds < MIN_CALL_S || seconds > MAX_CALL_S) return;
+        smallestCall = smallestCall == null ? seconds : Math.min(smallestCall, seconds);
+        if (n == 1) {
+            drafterStep = drafterStep == null ? seconds : 0.8 * drafterStep + 0.2 * seconds;
+        } else if (drafterStep != null) {
+            double per = Math.max(0.0, seconds - drafterStep) / (n - 1);
+            catchup = catchup == null ? per : 0.8 * catchup + 0.2 * per;
+        }
     }
 
-    public void observeDrafter(int calls, double seconds, int accepted, int proposed) {
-        if (calls > 0) {
-            double perCall = seconds / calls;
-            drafterCall = drafterCall == null ? perCall : 0.8 * drafterCall + 0.2 * perCall;
-        }
-        double[] now = {accepted + 1.0, calls, proposed};
-        if (drafterRounds == null) drafterRounds = now;
-        else for (int i = 0; i < 3; i++) drafterRounds[i] = 0.8 * drafterRounds[i] + 0.2 * now[i];
-        // every drafter round that does not pay doubles the wait before the next re-check; one that pays resets it
-        wait = drafterValue() > 1.0 / target(1) ? exploreEvery : Math.min(2 * wait, MAX_WAIT);
+    /** After every round: `tokensInCall` verified, and whether the drafter proposed in it. */
+    public void observeRound(int tokensInCall, boolean drafterProposed) {
+        idleSeconds = drafterProposed ? 0.0 : idleSeconds + target(tokensInCall);
+    }
+
+    double catchup(int tokens) {
+        double per = catchup != null ? catchup : PRIOR_SLOPE * drafterStep();
+        return per * Math.max(tokens - 1, 0);
+    }
+
+    private boolean recheckDue(int unread) {
+        double[] d = drafterMeans();
+        double cost = d[2] * drafterStep() + target(1 + d[1]) - target(1);
+        double budget = exploreShare * idleSeconds;
+        return budget >= cost && budget >= cost + catchup(unread);
+    }
+
+    /** A round in which the drafter proposed `proposed` tokens with `calls` calls and `accepted` were accepted. */
+    public void observeDrafterRound(int accepted, int proposed, int calls) {
+        double[] now = {accepted, Math.min(accepted + 1, proposed), 1.0, proposed, calls};
+        for (int i = 0; i < rounds.length; i++) rounds[i] = DECAY * rounds[i] + now[i];
     }
 
     public double target(double n) {
         if (fixed != null) return fixed[0] + fixed[1] * (n - 1);
         double w = sums[0];
-        if (w <= 0) return 1.0 + 0.1 * (n - 1);
-        double meanN = sums[1] / w, meanS = sums[2] / w;
-        double var = sums[3] / w - meanN * meanN;
-        double slope = var > 0.1 ? Math.max((sums[4] / w - meanN * meanS) / var, 0.0) : 0.1 * meanS / Math.max(meanN, 1.0);
-        return Math.max(meanS + slope * (n - meanN), 1e-6);
+        if (w <= 0) return 1.0 + PRIOR_SLOPE * (n - 1);
+        double meanX = sums[1] / w - 1.0, meanS = sums[2] / w;
+        double sxx = Math.max(sums[3] / w - (sums[1] / w) * (sums[1] / w), 0.0) * w;
+        double sxy = (sums[4] / w - (sums[1] / w) * meanS) * w;
+        double b0 = PRIOR_SLOPE * meanS / (1.0 + PRIOR_SLOPE * meanX);
+        double slope = Math.max((sxy + RIDGE * b0) / (sxx + RIDGE), 0.0);
+        return Math.max(meanS + slope * (n - 1 - meanX), MIN_CALL_S);
     }
 
-    /** {tokens per second, m} of the best lookup prefix under T(n) = a + b (n - 1). */
-    public static double[] bestPrefix(double[] probs, java.util.function.IntToDoubleFunction targetCost) {
-        double best = -1, survive = 1, expected = 0;
-        int m = 0;
-        for (int i = 0; i < probs.length; i++) {
-            survive *= probs[i];
-            expected += survive;
-            double value = (1.0 + expected) / targetCost.applyAsDouble(i + 2);
-            if (value > best) {
-                best = value;
-                m = i + 1;
-            }
-        }
-        return new double[] {best, m};
+    public double drafterStep() {
+        if (fixed != null) return fixed[2];
+        if (drafterStep != null) return drafterStep;
+        double prior = PRIOR_C * target(1);
+        return smallestCall == null ? prior : Math.min(prior, smallestCall);
+    }
+
+    private boolean measured() {
+        return fixed != null || (sums[0] > 0 && drafterStep != null);
+    }
+
+    /** {expected accepted, proposed, calls} per drafter round. */
+    public double[] drafterMeans() {
+        double alpha = Math.min(rounds[0] / rounds[1], 1.0);
+        double proposed = rounds[3] / rounds[2];
+        double accepted = alpha >= 1.0 ? proposed : alpha * (1.0 - Math.pow(alpha, proposed)) / (1.0 - alpha);
+        return new double[] {accepted, proposed, rounds[4] / rounds[2]};
+    }
+
+    public double drafterValue() {
+        double[] d = drafterMeans();
+        return (1.0 + d[0]) / (d[2] * drafterStep() + target(1 + d[1]));
     }
 
     /** Whether even an always-right drafter (maxDraft tokens, all accepted) could beat target-only decoding. */
     private boolean couldPay(int maxDraft) {
-        double step = fixed != null ? fixed[2] : drafterStep == null ? -1 : drafterStep;
-        if (step < 0) return true; // not measured yet
-        return (maxDraft + 1) / (maxDraft * step + target(maxDraft + 1)) > 1.0 / target(1);
+        if (!measured()) return true;
+        return (maxDraft + 1) / (maxDraft * drafterStep() + target(maxDraft + 1)) > 1.0 / target(1);
     }
 
-    /** {choice, m}: NONE, LOOKUP with its prefix length m, or DRAFTER. */
-    public int[] choose(double[] lookupProbs, boolean hasDrafter, int maxDraft) {
-        double best = 1.0 / target(1);
-        int choice = NONE, m = 0;
-        if (lookupProbs != null && lookupProbs.length > 0) {
-            double[] p = bestPrefix(lookupProbs, n -> target(n));
-            if (p[0] > best) {
-                best = p[0];
-                choice = LOOKUP;
-                m = (int) p[1];
+    /**
+     * {value, choice, m} of the best option (ties: the first of none, lookup prefixes, drafter, chains):
+     * probs: lookup's P(accept) per token; drafter: {accepted, proposed, calls, seconds per call} or null;
+     * budget: tokens the round may propose (0: no chains).
+     */
+    public static double[] best(double[] probs, IntToDoubleFunction T, double[] drafter, int budget) {
+        double[] best = {1.0 / T.applyAsDouble(1), NONE, 0};
+        double survive = 1, expected = 0;
+        double[] surv = new double[probs.length], exp = new double[probs.length];
+        for (int i = 0; i < probs.length; i++) {
+            survive *= probs[i];
+            expected += survive;
+            surv[i] = survive;
+            exp[i] = expected;
+            double value = (1.0 + expected) / T.applyAsDouble(i + 2);
+            if (value > best[0]) best = new double[] {value, LOOKUP, i + 1};
+        }
+        if (drafter == null) return best;
+        double accepted = drafter[0], proposed = drafter[1], drafting = drafter[2] * drafter[3];
+        double value = (1.0 + accepted) / (drafting + tcost(T, 1 + proposed));
+        if (value > best[0]) best = new double[] {value, DRAFTER, 0};
+        for (int m = 1; m <= Math.min(probs.length, budget - 1); m++) {
+            double gain = 1.0 + exp[m - 1] + surv[m - 1] * accepted;
+            value = gain / (drafting + tcost(T, 1 + m + proposed));
+            if (value > best[0]) best = new double[] {value, CHAIN, m};
+        }
+        return best;
+    }
+
+    /** T at a fractional number of tokens (the mean proposed), linear between whole ones as T(n) is. */
+    private static double tcost(IntToDoubleFunction T, double n) {
+        int lo = (int) Math.floor(n);
+        double t0 = T.applyAsDouble(lo);
+        return t0 + (T.applyAsDouble(lo + 1) - t0) * (n - lo);
+    }
+
+    /** {choice, m}: NONE, LOOKUP or CHAIN with its lookup prefix length m, or DRAFTER; unread: draft tokens the
+     * drafter has not read yet (what a re-check would cost it to catch up on). */
+    public int[] choose(double[] lookupProbs, boolean hasDrafter, int maxDraft, int budget, int unread) {
+        double[] probs = lookupProbs == null ? new double[0] : lookupProbs;
+        double[] drafter = null;
+        if (hasDrafter && couldPay(maxDraft)) {
+            double[] d = drafterMeans();
+            drafter = new double[] {d[0], d[1], d[2], drafterStep()};
+        }
+        double[] b = best(probs, n -> target(n), drafter, chaining ? budget : 0);
+        int choice = (int) b[1], m = (int) b[2];
+        if (drafter != null && (choice == NONE || choice == LOOKUP) && recheckDue(unread)) {
+            double expected = 0, survive = 1;
+            for (int i = 0; i < m; i++) {
+                survive *= probs[i];
+                expected += survive;
             }
+            choice = m > 0 && expected >= 1.0 && chaining && budget > m ? CHAIN : DRAFTER;
+            if (choice == DRAFTER) m = 0;
         }
-        if (hasDrafter) {
-            boolean recheck = idle >= wait && choice != LOOKUP && couldPay(maxDraft);
-            if (recheck || drafterValue() > best) choice = DRAFTER;
-        }
-        idle = choice == DRAFTER ? 0 : idle + 1;
         return new int[] {choice, m};
-    }
-
-    private double drafterValue() {
-        if (drafterRounds == null) return Double.POSITIVE_INFINITY;
-        double perCall = fixed != null ? fixed[2] : drafterCall == null ? 0.0 : drafterCall;
-        return drafterRounds[0] / (drafterRounds[1] * perCall + target(1 + drafterRounds[2]));
     }
 }

@@ -2,14 +2,22 @@ package org.omnidraft.core;
 
 /**
  * P(a lookup token is accepted | the ones before it were): logistic regression over the walk's
- * features, one SGD step per judged token (omnidraft/runtime/lookup_proposer.py).
+ * features, one SGD step per judged token (omnidraft/runtime/lookup_proposer.py). The weights learn slowly
+ * across generations; `offset`, a bias for the current generation, learns fast and restarts at 0 with
+ * each generation (begin()).
  */
 public final class LookupScorer {
     public static final int FEATURES = 6;
     static final double[] PRIOR = {-2.002, 1.995, -0.400, 2.865, 1.277, 0.576}; // lookup_proposer.py's, fitted by benchmarks/lookup_prior.py
     public final double[] weights = PRIOR.clone();
     public double lr = 0.05;
+    public static final double FAST_LR = 0.5, MAX_OFFSET = 4.0;
+    public double offset;
     public int judged;
+
+    public void begin() {
+        offset = 0.0;
+    }
 
     public static double[][] features(Lookup.Candidates c) {
         double[][] x = new double[c.size()][FEATURES];
@@ -27,7 +35,7 @@ public final class LookupScorer {
     public double prob(double[] x) {
         double z = 0;
         for (int i = 0; i < FEATURES; i++) z += x[i] * weights[i];
-        return 1.0 / (1.0 + Math.exp(-z));
+        return 1.0 / (1.0 + Math.exp(-(z + offset)));
     }
 
     public double[] probs(double[][] x) {
@@ -40,6 +48,7 @@ public final class LookupScorer {
         for (int j = 0; j < labels.length; j++) {
             double err = labels[j] - prob(x[j]);
             for (int i = 0; i < FEATURES; i++) weights[i] += lr * err * x[j][i];
+            offset = Math.min(Math.max(offset + FAST_LR * err, -MAX_OFFSET), MAX_OFFSET);
             judged++;
         }
     }

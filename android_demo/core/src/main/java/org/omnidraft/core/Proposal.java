@@ -4,8 +4,9 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * Target tokens proposed for one round, with where each came from (bridge.py's Proposal). A lookup
- * proposal is a point mass: q' = 1 on each of its tokens.
+ * Target tokens proposed for one round, with where each came from (runtime/proposers.py's Proposal, with the
+ * drafter's bookkeeping of bridge.py's Translation). A lookup proposal is a point mass: q' = 1 on each of its
+ * tokens; a chain is a lookup prefix followed by the drafter's tokens.
  */
 public final class Proposal {
     public static final String DIRECT = "direct", NGRAM = "ngram", SPLIT_FIRST = "split", SPLIT_REST = "split-rest",
@@ -34,6 +35,18 @@ public final class Proposal {
         draftStart.add(start);
         draftEnd.add(end);
         firstDraftId.add(firstDraft);
+    }
+
+    /** This proposal followed by `more` (proposed as its continuation): one chain to verify. */
+    public Proposal then(Proposal more) {
+        Proposal p = new Proposal();
+        for (Proposal part : List.of(this, more)) {
+            for (int j = 0; j < part.size(); j++) {
+                p.append(part.targetIds.get(j), part.q.get(j), part.kind.get(j), part.draftStart.get(j),
+                        part.draftEnd.get(j), part.firstDraftId.get(j));
+            }
+        }
+        return p;
     }
 
     void truncate(int m) {

@@ -15,6 +15,7 @@ public final class SpeculativeLoop {
     public static final class Result {
         public final List<Integer> tokens = new ArrayList<>();
         public int targetCalls, drafterCalls, drafted, accepted, lookupProposed, lookupAccepted;
+        public int chainRounds; // rounds in which the drafter continued a lookup prefix
 
         public double tokensPerTargetCall() {
             return tokens.size() / (double) Math.max(targetCalls, 1);
@@ -56,15 +57,20 @@ public final class SpeculativeLoop {
         List<Integer> seq = new ArrayList<>(prompt);
         List<Integer> draftSeq = new ArrayList<>();
         boolean speculative = drafter != null;
-        if (speculative) {
+        if (speculative) { // the drafter reads the prompt when it first drafts, if ever (catching up)
             List<Integer> body = prompt.get(0) == targetBos ? prompt.subList(1, prompt.size()) : prompt;
             draftSeq.addAll(draftPrefix);
             draftSeq.addAll(bridge.draft.encodeBytes(bridge.target.decodeBytes(body), true));
-            prefill(drafter, draftSeq);
         }
         TrainingExample example = collectExample && speculative ? new TrainingExample(bridge, new ArrayList<>(draftSeq)) : null;
         lastExample = example;
         prefill(target, seq);
+        if (lookup != null) {
+            scorer.begin();
+            hybrid.begin();
+        }
+        // the drafter reads the prompt now when it is expected to draft, else when it first does (if ever)
+        if (speculative && (lookup == null || hybrid.drafterLikely(length.maxLen))) prefill(drafter, draftSeq);
         try {
             return loop(r, seq, draftSeq, example, maxNew, length, sampler, rng, eosIds);
         } finally {
@@ -79,35 +85,45 @@ public final class SpeculativeLoop {
             int room = target.maxContext - seq.size();
             if (room < 0) break;
             int maxProps = Math.min(room, maxNew - r.tokens.size() - 1);
-            Proposal prop = new Proposal();
-            List<Integer> draftIds = new ArrayList<>();
+            Proposal looked = new Proposal(), drafted = new Proposal();
+            List<Integer> draftIds = new ArrayList<>(), spelledPrefix = new ArrayList<>();
             List<double[]> draftProbs = new ArrayList<>();
+            List<double[]> calls = new ArrayList<>(); // the drafter's calls this round: {tokens, seconds}
             draftFeatures.clear();
-            // propose: a lookup prefix, the drafter, or nothing (the hybrid policy); the drafter alone without lookup
+            // propose: a lookup prefix, the drafter, a lookup prefix continued by the drafter, or nothing (the hybrid
+            // policy); the drafter alone without lookup
             Lookup.Candidates cands = null;
             double[][] x = null;
             int choice = Hybrid.DRAFTER, lookupLen = 0;
             if (lookup != null && maxProps > 0) {
                 cands = lookup.find(seq, Math.min(maxProps, maxLookup), useHistory);
                 x = LookupScorer.features(cands);
-                int[] decision = hybrid.choose(scorer.probs(x), speculative && !draftSeq.isEmpty(), length.maxLen);
+                int unread = speculative ? draftSeq.size() - common(drafter, draftSeq) : 0;
+                int[] decision = hybrid.choose(scorer.probs(x), speculative && !draftSeq.isEmpty(), length.maxLen, maxProps,
+                        unread);
                 choice = decision[0];
                 lookupLen = decision[1];
             }
-            int start = seq.size(), drafterCallsBefore = r.drafterCalls;
-            long draftNanos = 0;
-            if (choice == Hybrid.LOOKUP) {
-                prop = Proposal.lookup(cands.tokens.subList(0, lookupLen));
-            } else if (choice == Hybrid.DRAFTER && speculative && maxProps > 0 && !draftSeq.isEmpty()) {
-                int k = Math.min(Math.min(length.budget(), drafter.maxContext - draftSeq.size() + 1), maxProps);
-                if (k > 0) {
-                    long t0 = System.nanoTime();
-                    double[] q = draft(draftSeq, k, length, sampler, rng, draftIds, draftProbs, r);
-                    prop = bridge.propose(draftIds, q, cache, maxProps);
-                    draftNanos = System.nanoTime() - t0;
+            int start = seq.size();
+            if (choice == Hybrid.LOOKUP || choice == Hybrid.CHAIN) looked = Proposal.lookup(cands.tokens.subList(0, lookupLen));
+            if ((choice == Hybrid.DRAFTER || choice == Hybrid.CHAIN) && speculative && maxProps > looked.size()
+                    && !draftSeq.isEmpty()) {
+                List<Integer> context = new ArrayList<>(draftSeq);
+                if (looked.size() > 0) {
+                    spelledPrefix = bridge.identity ? new ArrayList<>(looked.targetIds)
+                            : bridge.draft.encodeBytes(bridge.target.decodeBytes(looked.targetIds), true);
+                    context.addAll(spelledPrefix);
+                }
+                int budget = maxProps - looked.size();
+                int k = Math.min(Math.min(length.budget(), drafter.maxContext - context.size() + 1), budget);
+                if (k > 0 && (looked.size() == 0 || !spelledPrefix.isEmpty())) {
+                    double[] q = draft(context, k, length, sampler, rng, draftIds, draftProbs, r, calls);
+                    drafted = bridge.propose(draftIds, q, cache, budget);
                 }
             }
-            int m = prop.size();
+            Proposal prop = looked.then(drafted);
+            int m = prop.size(), offset = looked.size(), mine = drafted.size();
+            if (offset > 0 && mine > 0) r.chainRounds++;
             List<Integer> input = new ArrayList<>(seq.subList(target.position(), seq.size()));
             input.addAll(prop.targetIds);
             long t0 = System.nanoTime();
@@ -118,17 +134,18 @@ public final class SpeculativeLoop {
             int n = verdict[0];
             r.drafted += m;
             r.accepted += n;
-            if (choice == Hybrid.LOOKUP) {
-                r.lookupProposed += m;
-                r.lookupAccepted += n;
-            }
+            r.lookupProposed += offset;
+            r.lookupAccepted += Math.min(n, offset);
             if (lookup != null) {
                 hybrid.observeTarget(input.size(), targetSeconds);
-                if (!draftIds.isEmpty()) hybrid.observeDrafter(r.drafterCalls - drafterCallsBefore, draftNanos / 1e9, n, m);
+                for (double[] c : calls) hybrid.observeDrafterCall((int) c[0], c[1]);
+                if (mine > 0 && n >= offset) hybrid.observeDrafterRound(Math.min(n - offset, mine), mine, calls.size());
+                hybrid.observeRound(input.size(), mine > 0);
             }
-            if (!draftIds.isEmpty()) length.observe(m, n);
-            if (onlineHead != null && !draftIds.isEmpty() && sampler.greedy()) {
-                onlineHead.observe(draftFeatures, OnlineHead.greedyLabels(prop, logits, draftIds.size()));
+            if (mine > 0 && n >= offset) length.observe(mine, n - offset);
+            if (onlineHead != null && mine > 0 && sampler.greedy()) { // rows from `offset` judge the drafter's tokens
+                float[][] rows = java.util.Arrays.copyOfRange(logits, offset, offset + mine + 1);
+                onlineHead.observe(draftFeatures, OnlineHead.greedyLabels(drafted, rows, draftIds.size()));
             }
             List<Integer> committed = new ArrayList<>(prop.targetIds.subList(0, n));
             committed.add(verdict[1]);
@@ -136,7 +153,7 @@ public final class SpeculativeLoop {
             target.rollback(seq.size() + n);
             seq.addAll(committed);
             if (cands != null) judge(cands, x, start, seq);
-            if (speculative) afterRound(draftSeq, draftIds, prop, n, verdict[1], committed);
+            if (speculative) afterRound(draftSeq, draftIds, drafted, spelledPrefix, offset, n, verdict[1], committed);
             for (int t : committed) {
                 if (eosIds.contains(t)) return r;
                 r.tokens.add(t);
@@ -159,11 +176,16 @@ public final class SpeculativeLoop {
         if (judged > 0) scorer.learn(java.util.Arrays.copyOf(x, judged), java.util.Arrays.copyOf(labels, judged));
     }
 
-    /** Up to k draft tokens; stops at a special token or when the draft-length policy says so. */
-    private double[] draft(List<Integer> draftSeq, int k, DraftLength length, Sampler sampler, DoubleSupplier rng,
-                           List<Integer> ids, List<double[]> dists, Result r) {
-        if (drafter.position() >= draftSeq.size()) drafter.rollback(draftSeq.size() - 1);
-        float[] logits = last(drafter.forward(draftSeq.subList(drafter.position(), draftSeq.size()), drafter.position(), 1));
+    /**
+     * Up to k draft tokens after `context`; stops at a special token or when the draft-length policy says so.
+     * The first call reads what the drafter's cache does not hold yet (catching up); calls: {tokens, seconds}.
+     */
+    private double[] draft(List<Integer> context, int k, DraftLength length, Sampler sampler, DoubleSupplier rng,
+                           List<Integer> ids, List<double[]> dists, Result r, List<double[]> calls) {
+        int keep = reuse(drafter, context);
+        long t0 = System.nanoTime();
+        float[] logits = last(drafter.forward(context.subList(keep, context.size()), keep, 1));
+        calls.add(new double[] {context.size() - keep, (System.nanoTime() - t0) / 1e9});
         r.drafterCalls++;
         List<Double> qs = new ArrayList<>();
         for (int i = 0; i < k; i++) {
@@ -182,9 +204,9 @@ public final class SpeculativeLoop {
             draftFeatures.add(drafter.lastHeadFeatures);
             if (length.stop(drafter.lastAcceptProb)) break;
             if (i + 1 < k) {
-                long t0 = System.nanoTime();
+                t0 = System.nanoTime();
                 logits = last(drafter.forward(List.of(d), drafter.position(), 1));
-                if (lookup != null) hybrid.observeDrafterStep((System.nanoTime() - t0) / 1e9);
+                calls.add(new double[] {1, (System.nanoTime() - t0) / 1e9});
                 r.drafterCalls++;
             }
         }
@@ -193,34 +215,52 @@ public final class SpeculativeLoop {
         return q;
     }
 
+    /**
+     * Learn spellings and reward accepted merges; bring the drafter's text up to the committed text. When the
+     * drafter's tokens were judged (its proposal, or the lookup prefix it continued, was accepted), its cache
+     * keeps what was accepted; otherwise it reads the committed text when it next drafts.
+     */
     @SuppressWarnings("unchecked")
-    private void afterRound(List<Integer> draftSeq, List<Integer> draftIds, Proposal prop, int n, int next,
-                            List<Integer> committed) {
+    private void afterRound(List<Integer> draftSeq, List<Integer> draftIds, Proposal drafted, List<Integer> spelledPrefix,
+                            int offset, int n, int next, List<Integer> committed) {
+        boolean ours = !draftIds.isEmpty() && drafted.size() > 0 && n >= offset;
         if (cache != null && !bridge.identity) {
-            for (int j = 0; j < (draftIds.isEmpty() ? 0 : n); j++) {
-                if (prop.kind.get(j).equals(Proposal.NGRAM)) {
-                    cache.recordAccepted(draftIds.subList(prop.draftStart.get(j), prop.draftEnd.get(j)));
+            for (int j = 0; j < (ours ? n - offset : 0); j++) {
+                if (drafted.kind.get(j).equals(Proposal.NGRAM)) {
+                    cache.recordAccepted(draftIds.subList(drafted.draftStart.get(j), drafted.draftEnd.get(j)));
                 }
             }
             bridge.learn(cache, committed);
         }
-        if (draftIds.isEmpty() && prop.size() > 0) { // lookup proposed: the drafter reads the text when it next drafts
+        if (!ours) {
             draftSeq.addAll(bridge.identity ? committed : bridge.draft.encodeBytes(bridge.target.decodeBytes(committed), true));
             return;
         }
-        Object[] rs = bridge.resync(draftIds, prop, n, next);
+        draftSeq.addAll(spelledPrefix); // the continued lookup prefix was accepted: committed as the drafter read it
+        Object[] rs = bridge.resync(draftIds, drafted, n - offset, next);
         int kept = (Integer) rs[0];
-        int base = draftSeq.size();
-        drafter.rollback(base + kept);
+        drafter.rollback(draftSeq.size() + kept);
         draftSeq.addAll(draftIds.subList(0, kept));
         draftSeq.addAll((List<Integer>) rs[1]);
     }
 
-    private static void prefill(ModelRunner runner, List<Integer> seq) {
+    /** Keep what the runner's cache already holds of seq[:-1], forget the rest; return its length. */
+    private static int reuse(ModelRunner runner, List<Integer> seq) {
+        int keep = common(runner, seq);
+        runner.rollback(keep);
+        return keep;
+    }
+
+    /** How much of seq[:-1] the runner's cache holds. */
+    private static int common(ModelRunner runner, List<Integer> seq) {
         int keep = 0;
         int limit = Math.min(runner.position(), seq.size() - 1);
         while (keep < limit && runner.cachedTokens().get(keep).equals(seq.get(keep))) keep++;
-        runner.rollback(keep);
+        return keep;
+    }
+
+    private static void prefill(ModelRunner runner, List<Integer> seq) {
+        int keep = reuse(runner, seq);
         if (seq.size() - 1 > keep) runner.forward(seq.subList(keep, seq.size() - 1), keep, 1);
     }
 

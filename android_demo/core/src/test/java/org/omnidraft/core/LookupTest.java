@@ -24,8 +24,11 @@ public class LookupTest {
         }
         LookupScorer scorer = new LookupScorer();
         int cases = 0;
+        boolean newGeneration = false;
         for (Object o : Json.array(g.get("queries"))) {
             Map<String, Object> q = Json.object(o);
+            if (newGeneration) scorer.begin(); // the previous query ended a generation: its offset starts afresh
+            newGeneration = q.containsKey("begin_after");
             List<Integer> seq = Golden.ints(q.get("seq"));
             int budget = ((Number) q.get("budget")).intValue();
             Lookup.Candidates c = lookup.find(seq, budget, (Boolean) q.get("history"));
@@ -47,10 +50,11 @@ public class LookupTest {
             scorer.learn(x, y);
             List<Object> w = Json.array(q.get("weights_after"));
             for (int i = 0; i < w.size(); i++) assertEquals(((Number) w.get(i)).doubleValue(), scorer.weights[i], 1e-9);
+            assertEquals(((Number) q.get("offset_after")).doubleValue(), scorer.offset, 1e-9);
             Map<String, Object> bp = Json.object(q.get("best_prefix"));
             double a = ((Number) bp.get("a")).doubleValue(), b = ((Number) bp.get("b")).doubleValue();
-            double[] best = Hybrid.bestPrefix(probs, n -> a + b * (n - 1));
-            assertEquals(((Number) bp.get("m")).intValue(), (int) best[1]);
+            double[] best = Hybrid.best(probs, n -> a + b * (n - 1), null, 0);
+            assertEquals(((Number) bp.get("m")).intValue(), (int) best[2]);
             assertEquals(((Number) bp.get("value")).doubleValue(), best[0], 1e-9);
             cases++;
         }
@@ -74,7 +78,7 @@ public class LookupTest {
             SpeculativeLoop loop = new SpeculativeLoop(target, drafter, bridge, List.of(), new NGramCache(20000, 8));
             loop.lookup = new Lookup(100000);
             // pinned costs (the test's bigram model costs the same per token at any length, unlike a real graph)
-            loop.hybrid = Hybrid.fixedCosts(1.0, 0.01, withDrafter ? 0.05 : 100.0, 32);
+            loop.hybrid = Hybrid.fixedCosts(1.0, 0.01, withDrafter ? 0.05 : 100.0, Hybrid.EXPLORE_SHARE);
             for (int run = 0; run < 2; run++) { // the second run also finds the first in the history
                 SpeculativeLoop.Result got = loop.generate(prompt, 40, new DraftLength(DraftLength.Policy.FIXED, 3, 3, 0.5),
                         new Sampler(0, 1), Math::random, Set.of(), 2);
@@ -84,6 +88,28 @@ public class LookupTest {
             }
             assertEquals(2, loop.lookup.docs().size()); // one document per generation (not a longer chat)
         }
+    }
+
+    @Test
+    public void chainsOfLookupAndTheDrafterStayExact() throws Exception {
+        Tokenizer dt = Golden.drafter(), tt = Golden.target();
+        VocabBridge bridge = new VocabBridge(dt, tt);
+        int[] next = new int[tt.size()];
+        for (int t = 0; t < tt.size(); t++) next[t] = 1000 + (t * 31) % 7;
+        LoopTest.Bigram target = new LoopTest.Bigram(tt.size(), 128, 1, next);
+        List<Integer> prompt = new ArrayList<>(List.of(2));
+        prompt.addAll(tt.encode("one two three one two three one two"));
+        DraftLength fixed = new DraftLength(DraftLength.Policy.FIXED, 2, 2, 0.5);
+        SpeculativeLoop.Result base = new SpeculativeLoop(target, null, bridge, List.of(), null)
+                .generate(prompt, 40, fixed, new Sampler(0, 1), Math::random, Set.of(), 2);
+        SpeculativeLoop loop = new SpeculativeLoop(target, new LoopTest.Bigram(dt.size(), 256, 7, null), bridge, List.of(),
+                new NGramCache(20000, 8));
+        loop.lookup = new Lookup(100000);
+        loop.useHistory = false;
+        loop.hybrid = Hybrid.fixedCosts(1.0, 0.0005, 0.001, Hybrid.EXPLORE_SHARE); // verifying and drafting nearly free
+        SpeculativeLoop.Result got = loop.generate(prompt, 40, fixed, new Sampler(0, 1), Math::random, Set.of(), 2);
+        assertEquals(base.tokens, got.tokens);
+        assertTrue("the drafter continued lookup prefixes", got.chainRounds > 0);
     }
 
     private static List<Integer> ints(int[] a) {
