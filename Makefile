@@ -98,7 +98,7 @@ bench-adapt: prepare
 # process per domain, 1 thread each, in parallel. ADAPT_BATCH x ADAPT_WINDOW: examples x draft tokens
 # per update step (the training program is exported for that size).
 ADAPT_BATCH ?= 2
-ADAPT_WINDOW ?= 64
+ADAPT_WINDOW ?= 128
 TRAIN_BUNDLE = $(BUNDLES)/executorch-train-b$(ADAPT_BATCH)w$(ADAPT_WINDOW)
 bench-adapt-device: prepare
 	test -f $(TRAIN_BUNDLE)/bundle.json || $(BIN)/omnidraft export --format executorch --with-training \

@@ -45,19 +45,13 @@ def settings(base: AdaptConfig) -> dict[str, AdaptConfig]:
     """The settings compared: the defaults, then one knob moved at a time."""
     lora = base.lora
     return {
+        "before (2026-12-06)": replace(base, lr=3e-4, steps=2, replay=2, window=64, prompt_nll=False, warmup=1,
+                                       guard_base=False, guard_margin=0.0),
         "default": base,
-        "lr 1e-3": replace(base, lr=1e-3),
-        "lr 3e-3": replace(base, lr=3e-3),
-        "steps 4": replace(base, steps=4),
-        "steps 8": replace(base, steps=8),
-        "batch 4": replace(base, batch=4),
-        "rank 8": replace(base, lora=replace(lora, rank=8, alpha=16.0)),
-        "rank 64": replace(base, lora=replace(lora, rank=64, alpha=128.0)),
-        "attention only": replace(base, lora=replace(lora, targets=ATTN)),
-        "mlp only": replace(base, lora=replace(lora, targets=MLP)),
-        "no guard": replace(base, guard=False),
-        "guard 8 held out": replace(base, holdout=8),
-        "every 2": replace(base, every=2),
+        "default, no guard": replace(base, guard=False),
+        "default, window 64": replace(base, window=64),
+        "default, steps 4": replace(base, steps=4),
+        "default, no prompt": replace(base, prompt_nll=False),
     }
 
 
@@ -96,17 +90,55 @@ def paired_interval(before: np.ndarray, after: np.ndarray, draws: int = 4000, se
     return float(np.quantile(means, 0.05)), float(np.quantile(means, 0.95))
 
 
-def run_setting(name: str, config: AdaptConfig, drafter_path, bridge, stream, heldout, seed: int) -> dict:
+def eager_learner(drafter_path, bridge, config: AdaptConfig, seed: int):
     model = load_model(drafter_path)
     torch.manual_seed(seed)  # the same LoRA draw for every setting of the same rank and targets
-    adapter = OnlineAdapter(model, bridge, config)
-    learner = adapter.learner
-    before = per_example_acceptance(learner, heldout)
-    for example in stream:
-        adapter.add(example)
-    after = per_example_acceptance(learner, heldout)
+    return OnlineAdapter(model, bridge, config).learner
+
+
+def executorch_learner(bundle_dir: Path, threads: int):
+    """A maker of the phone's learner: the bundle's update-step program and its LoRA-input drafter on ExecuTorch
+    (the program's window and batch; LoRA tensors from its lora_init)."""
+    from omnidraft.adaptation.learners import ExecuTorchLearner
+    from omnidraft.bundle import load_bundle
+    from omnidraft.pair import lora_input_names, open_runner
+
+    bundle = load_bundle(bundle_dir)
+    training = bundle.manifest.training
+    runner = open_runner(bundle, "drafter", "executorch", threads, graph="executorch_lora")
+    train = bundle.root / bundle.model("drafter").graphs["executorch_train"]
+
+    def make(drafter_path, bridge, config: AdaptConfig, seed: int):
+        if config.window != training["window"] or config.batch != training["batch"]:
+            raise SystemExit(f"the bundle's program takes {training['batch']} x {training['window']} tokens per step")
+        return ExecuTorchLearner(train, lora_input_names(bundle), training["window"], training["batch"],
+                                 training["mapped"], config.lr, runner, None, config.warmup)
+    return make
+
+
+def run_setting(name: str, config: AdaptConfig, drafter_path, bridge, stream, heldout, seed: int,
+                orders: int, make_learner=eager_learner) -> dict:
+    """The setting over `orders` orders of the stream (the first as decoded, the others shuffled), each from
+    the pretrained drafter: per held-out prompt, the mean acceptance after them."""
+    afters, seconds, updates, rollbacks, steps = [], 0.0, 0, 0, 0
+    for order in range(orders):
+        adapter = OnlineAdapter(make_learner(drafter_path, bridge, config, seed), bridge, config)
+        learner = adapter.learner
+        if order == 0:
+            before = per_example_acceptance(learner, heldout)
+        sequence = list(stream)
+        if order:
+            np.random.default_rng(seed + order).shuffle(sequence)
+        for example in sequence:
+            adapter.add(example)
+        afters.append(per_example_acceptance(learner, heldout))
+        st = adapter.stats
+        seconds, updates, rollbacks, steps = (seconds + st.update_seconds, updates + st.updates,
+                                              rollbacks + st.rollbacks, steps + st.steps)
+    after = np.mean(afters, axis=0)
     lo, hi = paired_interval(before, after)
-    s = adapter.stats
+    s = type("Totals", (), dict(update_seconds=seconds / orders, updates=updates / orders, rollbacks=rollbacks / orders,
+                                steps=steps / orders))
     gain = float(after.mean() - before.mean())
     result = {"setting": name, "before": float(before.mean()), "after": float(after.mean()), "gain": gain,
               "relative_gain": gain / max(float(before.mean()), 1e-9), "interval_90": [lo, hi],
@@ -129,6 +161,9 @@ def main() -> int:
     ap.add_argument("--settings", default="", help="comma-separated names (default: all)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--orders", type=int, default=3, help="orders of the stream each setting is replayed in")
+    ap.add_argument("--bundle", type=Path, help="learn on ExecuTorch: a bundle exported --with-training (the phone's "
+                                               "learner; its program fixes the window and batch)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     target_path, drafter_path = resolve_pair_paths(None, None)
@@ -139,12 +174,20 @@ def main() -> int:
     del probe
     mapping = Mapping.from_bridge(bridge)
     eos = frozenset({target_vocab.tokenizer.eos_token_id})
-    stream = decode_examples(target, target_vocab, bridge, mapping,
-                             corpora.prompts(args.domain, args.stream, args.seed, "adapt"), args.max_new_tokens, eos,
-                             "stream")
-    heldout = decode_examples(target, target_vocab, bridge, mapping,
-                              corpora.prompts(args.domain, args.heldout, args.seed, "eval"), args.max_new_tokens, eos,
-                              "held out")
+    key = f"{args.domain}-{args.stream}-{args.heldout}-{args.max_new_tokens}-{args.seed}-{bridge.pair_id}"
+    cache = args.out / f"examples-{key}.pt"
+    if cache.exists():  # the target's continuations of the same prompts, decoded by an earlier run
+        saved = torch.load(cache, weights_only=False)
+        stream, heldout = saved["stream"], saved["heldout"]
+    else:
+        stream = decode_examples(target, target_vocab, bridge, mapping,
+                                 corpora.prompts(args.domain, args.stream, args.seed, "adapt"), args.max_new_tokens,
+                                 eos, "stream")
+        heldout = decode_examples(target, target_vocab, bridge, mapping,
+                                  corpora.prompts(args.domain, args.heldout, args.seed, "eval"), args.max_new_tokens,
+                                  eos, "held out")
+        args.out.mkdir(parents=True, exist_ok=True)
+        torch.save({"stream": stream, "heldout": heldout}, cache)
     del target
     chosen = settings(AdaptConfig(lora=LoRAConfig()))
     if args.settings:
@@ -152,26 +195,30 @@ def main() -> int:
     result = {"command": " ".join(["benchmarks/adapt_study.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"),
               "threads": args.threads, "domain": args.domain, "stream": len(stream), "heldout": len(heldout),
               "drafter": drafter_path.name, "target": target_path.name, "max_new_tokens": args.max_new_tokens,
+             "orders": args.orders, "learner": "executorch" if args.bundle else "eager",
               "results": []}
     for name, config in chosen.items():
-        result["results"].append(run_setting(name, config, drafter_path, bridge, stream, heldout, args.seed))
+        make = executorch_learner(args.bundle, args.threads) if args.bundle else eager_learner
+        result["results"].append(run_setting(name, config, drafter_path, bridge, stream, heldout, args.seed,
+                                             args.orders, make))
         save_results(args.out, result, render)
     return 0
 
 
 def render(r: dict) -> str:
     lines = [f"Adaptation settings on the {r['domain']} domain (unseen by the shipped drafter), {r['date']}: "
-             f"{r['stream']} stream prompts replayed into each setting, {r['heldout']} held-out prompts, "
-             f"{r['max_new_tokens']} target tokens each, {r['threads']} threads, eager. Acceptance: teacher-forced "
+             f"{r['stream']} stream prompts replayed into each setting in {r['orders']} orders (held-out acceptance "
+             f"after them averaged per prompt; figures per order), {r['heldout']} held-out prompts, "
+             f"{r['max_new_tokens']} target tokens each, {r['threads']} threads. Acceptance: teacher-forced "
              f"greedy acceptance per target token on the held-out prompts; interval: paired 90% over the held-out "
-             f"prompts. Command: `{r['command']}`.", "",
+             f"prompts; learner: {r.get('learner', 'eager')}. Command: `{r['command']}`.", "",
              "| setting | before | after | gain | 90% interval | updates (rolled back) | steps | training s | "
              "gain per training minute |", "|---|---|---|---|---|---|---|---|---|"]
     for x in r["results"]:
         lo, hi = x["interval_90"]
         lines.append(f"| {x['setting']} | {x['before']:.3f} | {x['after']:.3f} | {x['gain']:+.3f} "
-                     f"({100 * x['relative_gain']:+.1f}%) | [{lo:+.3f}, {hi:+.3f}] | {x['updates']} ({x['rollbacks']}) | "
-                     f"{x['steps']} | {x['update_s']:.0f} | {x['gain_per_training_minute']:+.4f} |")
+                     f"({100 * x['relative_gain']:+.1f}%) | [{lo:+.3f}, {hi:+.3f}] | {x['updates']:.1f} ({x['rollbacks']:.1f}) | "
+                     f"{x['steps']:.0f} | {x['update_s']:.0f} | {x['gain_per_training_minute']:+.4f} |")
     return "\n".join(lines) + "\n"
 
 

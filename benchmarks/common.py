@@ -122,11 +122,15 @@ class Method:
         self.tokens = result.token_ids
         return result.token_ids
 
-    def absorb(self, other: "Method") -> None:
-        """Add another method's prompts to this one's (the same method met them from another state)."""
+    def absorb(self, other: "Method", same_prompt: bool = False) -> None:
+        """Add another method's prompts to this one's (the same method met them from another state);
+        same_prompt: the other ran this one's last prompt again (its figures are summed into that prompt's)."""
         self.totals += other.totals
-        self.per_prompt += other.per_prompt
         self.differ += other.differ
+        if same_prompt:
+            self.per_prompt[-1] = self.per_prompt[-1] + other.totals
+        else:
+            self.per_prompt += other.per_prompt
 
     def summary(self, base_tps: float) -> dict:
         return summarize(self.totals, self.differ, base_tps)

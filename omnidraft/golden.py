@@ -187,11 +187,32 @@ def training_vectors(vocabs: dict, window: int = 48) -> dict:
     guard = {"window": len(held), "units": [list(u) for u in held.units], "choice": choice.tolist(),
              "hits": unit_hits(held, choice)}
     assert 0 < guard["hits"] < len(held.units)
-    return {"units": [list(u) for u in example.units], "guard": guard,"prompt": prompt, "committed": committed, "window": window, "mapped": len(mapping),
+    taught = example.with_prompt_nll().padded(window, len(mapping))
+    prompt_nll = {"nll_rows": taught[4].tolist(), "nll_labels": taught[5].tolist(), "nll_weight": taught[6].tolist()}
+    return {"units": [list(u) for u in example.units], "guard": guard, "prompt_nll": prompt_nll,
+            "schedule": schedule_vectors(), "prompt": prompt, "committed": committed, "window": window, "mapped": len(mapping),
             "example_ids": example.ids.tolist(), "kl_pos": example.kl_pos.tolist(), "nll_pos": example.nll_pos.tolist(),
             "ids": ids.tolist(), "kl_rows": kl_rows.tolist(), "kl_weight": kl_weight.tolist(),
             "nll_rows": nll_rows.tolist(), "nll_labels": nll_labels.tolist(), "nll_weight": nll_weight.tolist(),
             "kl_target_head": kl_target[:, :8].tolist(), "kl_target_sum": float(kl_target.astype(np.float64).sum())}
+
+
+def schedule_vectors() -> dict:
+    """The adapter's defaults and the pure parts of its schedule: replay batches, the guard's verdict, warm-up."""
+    from .adaptation.online import AdaptConfig, guard_keeps, replay_batches
+    from .adaptation.update_rule import RULE
+
+    c = AdaptConfig()
+    defaults = {k: getattr(c, k) for k in ("every", "holdout_every", "holdout", "buffer", "steps", "replay", "warmup",
+                                           "lr", "guard_margin", "prompt_nll", "guard_base")}
+    batches = [{"args": [n, b, st, r], "batches": replay_batches(n, b, st, r)}
+               for n, b, st, r in ((6, 2, 5, 4), (3, 2, 3, 16), (1, 2, 2, 16), (16, 2, 8, 16), (20, 3, 9, 16))]
+    guards = [{"args": [a, f, u, m], "keeps": guard_keeps(a, f, u, m)}
+              for a, f, u, m in ((0.30, 0.31, 200, 1.0), (0.25, 0.31, 200, 1.0), (0.31, 0.30, 200, 1.0),
+                                 (0.28, 0.31, 50, 1.0), (0.28, 0.31, 5000, 1.0), (0.2, 0.0, 10, 1.0))]
+    lrs = [{"args": [lr, done, w], "lr": RULE.lr_at(lr, done, w)} for lr, done, w in ((1e-3, 0, 16), (1e-3, 7, 16),
+                                                                                      (1e-3, 40, 16), (3e-4, 0, 1))]
+    return {"defaults": defaults, "batches": batches, "guards": guards, "lrs": lrs}
 
 
 def manifest_vectors(vocabs: dict) -> dict:

@@ -115,6 +115,9 @@ def add_proposal_options(p) -> None:
                    help="when the acceptance head trains: after every prompt, or with each LoRA update")
 
 
+FULL_FINETUNE_LR = 3e-5  # every weight moves: a far smaller step than LoRA's (benchmarks/adaptation.py --lr-full)
+
+
 def add_adapt_options(p, always: bool = False) -> None:
     if not always:
         p.add_argument("--adapt", action="store_true",
@@ -123,14 +126,18 @@ def add_adapt_options(p, always: bool = False) -> None:
                    help="whose learned state: adapter, acceptance head and lookup history (one set per profile)")
     p.add_argument("--reset-adaptation", action="store_true",
                    help="set the profile's learned state aside and start fresh")
-    p.add_argument("--lora-rank", type=positive_int, default=32)
-    p.add_argument("--lora-alpha", type=non_negative_float, default=64.0)
-    p.add_argument("--lora-targets", default="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
-                   help="comma-separated Linear module names to adapt")
+    from .adaptation.lora import LoRAConfig
+    from .adaptation.online import AdaptConfig
+
+    lora, adapt = LoRAConfig(), AdaptConfig()
+    p.add_argument("--lora-rank", type=positive_int, default=lora.rank)
+    p.add_argument("--lora-alpha", type=non_negative_float, default=lora.alpha)
+    p.add_argument("--lora-targets", default=",".join(lora.targets), help="comma-separated Linear module names to adapt")
     p.add_argument("--full-finetune", action="store_true", help="train every drafter weight instead of LoRA")
-    p.add_argument("--adapt-every", type=positive_int, default=4, help="prompts between updates")
-    p.add_argument("--adapt-lr", type=non_negative_float, default=3e-4)
-    p.add_argument("--adapt-lambda", type=non_negative_float, default=0.2, help="weight of the n-gram NLL term")
+    p.add_argument("--adapt-every", type=positive_int, default=adapt.every, help="prompts between updates")
+    p.add_argument("--adapt-lr", type=non_negative_float,
+                   help=f"learning rate (default {adapt.lr:g}; {FULL_FINETUNE_LR:g} with --full-finetune)")
+    p.add_argument("--adapt-lambda", type=non_negative_float, default=adapt.lam, help="weight of the n-gram NLL term")
 
 
 # -- translations ---------------------------------------------------------------------------
@@ -141,7 +148,8 @@ def adapt_config(args):
     targets = tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
     try:
         lora = None if args.full_finetune else LoRAConfig(args.lora_rank, args.lora_alpha, targets)
-        return AdaptConfig(lora=lora, lr=args.adapt_lr, every=args.adapt_every, lam=args.adapt_lambda)
+        lr = args.adapt_lr if args.adapt_lr is not None else FULL_FINETUNE_LR if lora is None else AdaptConfig().lr
+        return AdaptConfig(lora=lora, lr=lr, every=args.adapt_every, lam=args.adapt_lambda)
     except ValueError as e:
         raise OmniDraftError(str(e)) from None
 

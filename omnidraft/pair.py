@@ -384,7 +384,7 @@ def _executorch_learner(bundle, drafting: DraftModel, config, init=None):
                              f"not {config.batch}: re-export with --train-batch {config.batch}")
     try:
         return ExecuTorchLearner(bundle.root / graphs["executorch_train"], names, int(training["window"]),
-                                 int(training["batch"]), n_mapped, config.lr, drafter, init)
+                                 int(training["batch"]), n_mapped, config.lr, drafter, init, config.warmup)
     except Exception as e:  # noqa: BLE001 - a damaged or foreign program is a user problem
         raise OmniDraftError(f"cannot load the bundle's training program: {str(e).splitlines()[0][:200]}") from e
 

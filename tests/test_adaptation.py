@@ -7,6 +7,8 @@ greedy output; adapter files are saved atomically, resumed, and set aside when
 bad.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -83,6 +85,9 @@ def test_examples_spell_the_committed_text(target_vocab, draft_vocab):
     assert len(nll) > 0  # this text has tokens the drafter spells in several pieces
     short = ex.window(len(prompt) + 6)
     assert len(short.ids) == len(prompt) + 6 and all(a >= 0 for a, _ in short.units)
+    # the prompt teaches too: an NLL row at every prompt position but the last (which predicts a committed token)
+    taught = ex.with_prompt_nll()
+    assert set(taught.nll_pos.tolist()) == set(range(len(prompt) - 1)) | nll
 
 
 def test_hybrid_loss_is_zero_when_drafter_matches_target_and_positive_otherwise():
@@ -137,6 +142,17 @@ def test_lora_steps_lower_the_loss_and_raise_acceptance(drafter_path, draft_voca
         adapter.learner.optimizer.step()
     assert loss.item() < 0.5 * loss0.item()
     assert greedy_acceptance(model, batch) > acc0 + 0.1
+
+
+def test_an_update_cycles_through_the_newest_buffered_examples(drafter_path, draft_vocab):
+    model = tiny_model(drafter_path, seed=2)
+    bridge, ex = same_vocab_example(draft_vocab, greedy_ids(model, "def f(x):", 6, draft_vocab), model)
+    adapter = OnlineAdapter(model, bridge, AdaptConfig(lora=LoRAConfig(rank=4, alpha=8), batch=2, steps=5, replay=4))
+    examples = [replace(ex, ids=ex.ids.copy()) for _ in range(6)]
+    adapter.buffer.extend(examples)
+    batches = adapter.batches()  # newest two, the two before, then again: each batch oldest first
+    index = {id(e): i for i, e in enumerate(examples)}
+    assert [[index[id(e)] for e in b] for b in batches] == [[4, 5], [2, 3], [4, 5], [2, 3], [4, 5]]
 
 
 def test_guard_rolls_back_an_update_that_hurts_heldout(drafter_path, draft_vocab):

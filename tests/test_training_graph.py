@@ -60,7 +60,7 @@ def learner_for(pair, lr=LR, init=None):
     names = [n for n, _ in training["lora_inputs"]]
     path = pair.bundle.root / pair.bundle.model("drafter").graphs["executorch_train"]
     return ExecuTorchLearner(path, names, training["window"], training["batch"], training["mapped"], lr,
-                             pair.decoder.drafter, init)
+                             pair.decoder.drafter, init, AdaptConfig().warmup)  # the eager learner's warm-up too
 
 
 def eager_twin(tiny_checkpoints, learner):
@@ -123,7 +123,8 @@ def test_the_xnnpack_program_takes_the_same_step(pair, tiny_checkpoints, tmp_pat
     mapping = Mapping.from_bridge(pair.decoder.bridge)
     meta = export_training(model, path, WINDOW, training["batch"], mapping.draft_ids, training["lam"], "xnnpack")
     assert meta["kernels"] == "xnnpack"
-    xnnpack = ExecuTorchLearner(path, list(portable.params), WINDOW, training["batch"], len(mapping), LR)
+    xnnpack = ExecuTorchLearner(path, list(portable.params), WINDOW, training["batch"], len(mapping), LR,
+                                warmup=AdaptConfig().warmup)
     examples = [an_example(pair)]
     np.testing.assert_allclose(xnnpack.step(examples), portable.step(examples), atol=1e-4, rtol=1e-4)
     for n, t in portable.params.items():

@@ -50,6 +50,13 @@ class Example:
     def nbytes(self) -> int:
         return self.ids.nbytes + self.kl_pos.nbytes + self.kl_target.nbytes + self.nll_pos.nbytes
 
+    def with_prompt_nll(self) -> "Example":
+        """The same example whose prompt also teaches: every prompt position (but the last, which predicts the
+        first committed token) gets an NLL row for the prompt's next draft token (the user's own text)."""
+        first = self.units[0][0] if self.units else len(self.ids) - 1
+        nll = np.union1d(np.arange(first, dtype=np.int64), self.nll_pos).astype(np.int64)
+        return Example(self.ids, self.kl_pos, self.kl_target, nll, self.units)
+
     def window(self, size: int) -> "Example":
         """The last `size` tokens (positions shift; units cut by the window are dropped)."""
         cut = max(0, len(self.ids) - size)

@@ -53,6 +53,9 @@ class EagerLearner:
                 "lora": self.config.lora.to_dict() if self.config.lora else None}
 
     def step(self, examples: list[Example]) -> tuple[float, float, float]:
+        done = self.optimizer.state[self.params[0]].get("step", 0) if self.params[0] in self.optimizer.state else 0
+        for group in self.optimizer.param_groups:
+            group["lr"] = RULE.lr_at(self.config.lr, int(done), self.config.warmup)
         self.optimizer.zero_grad(set_to_none=True)
         loss, l_dm, l_ngram = batch_loss(self.model, Batch.of(examples), self.mapped, self.config.lam,
                                          self.config.use_kl)
@@ -67,8 +70,21 @@ class EagerLearner:
         if self.config.lora is None:
             refresh_draft_head(self.model)
 
-    def acceptance(self, examples: list[Example]) -> float:
-        return greedy_acceptance(self.model, Batch.of(examples))
+    def acceptance(self, examples: list[Example], base: bool = False) -> float:
+        """Teacher-forced greedy acceptance on the examples; base=True: of the drafter without its adapter."""
+        if not base or self.config.lora is None:
+            return greedy_acceptance(self.model, Batch.of(examples))
+        layers = [m for m in self.model.modules() if isinstance(m, LoRALinear)]
+        scales = [m.scale for m in layers]
+        try:
+            for m in layers:
+                m.scale = 0.0
+            forget_merged(self.model)
+            return greedy_acceptance(self.model, Batch.of(examples))
+        finally:
+            for m, scale in zip(layers, scales):
+                m.scale = scale
+            forget_merged(self.model)
 
     def state(self) -> dict:
         """A copy of everything an update changes (to roll back, or to save)."""
@@ -113,10 +129,10 @@ class ExecuTorchLearner:
     """
 
     def __init__(self, train_pte: Path, lora_names: list[str], window: int, batch: int, n_mapped: int, lr: float,
-                 drafter_runner=None, init: dict[str, torch.Tensor] | None = None):
+                 drafter_runner=None, init: dict[str, torch.Tensor] | None = None, warmup: int = 1):
         from executorch.runtime import Runtime
 
-        self.window, self.batch, self.n_mapped, self.lr = window, batch, n_mapped, lr
+        self.window, self.batch, self.n_mapped, self.lr, self.warmup = window, batch, n_mapped, lr, warmup
         program = Runtime.get().load_program(str(train_pte))
         self.update = program.load_method("forward")
         self.params = program_lora_init(program, lora_names)  # updated in place by every step
@@ -142,22 +158,31 @@ class ExecuTorchLearner:
         """One clipped Adam step on the pooled loss of the examples (one program call)."""
         state = [*self.params.values(), *self.exp_avg.values(), *self.exp_avg_sq.values()]
         batch = [torch.from_numpy(a) for a in padded_batch(examples, self.batch, self.window, self.n_mapped)]
-        out = self.update.execute([*state, torch.tensor(float(self.steps + 1)), torch.tensor(float(self.lr)), *batch])
+        lr = RULE.lr_at(self.lr, self.steps, self.warmup)
+        out = self.update.execute([*state, torch.tensor(float(self.steps + 1)), torch.tensor(float(lr)), *batch])
         for mine, new in zip(state, out[3:]):
             mine.copy_(new)  # before the next call: the program may reuse its output memory
         self.steps += 1
         self._publish()
         return tuple(float(o) for o in out[:3])
 
-    def acceptance(self, examples: list[Example]) -> float:
-        """Teacher-forced greedy acceptance through the drafter's own program (its cache is reset after)."""
+    def acceptance(self, examples: list[Example], base: bool = False) -> float:
+        """Teacher-forced greedy acceptance through the drafter's own program (its cache is reset after);
+        base=True: of the drafter without its adapter (zero LoRA tensors for these calls)."""
         hits = total = 0
         runner = self.drafter
-        for e in examples:
+        saved = [t.clone() for t in runner.extra_inputs] if base else []
+        try:
+            for t in runner.extra_inputs if base else []:
+                t.zero_()
+            for e in examples:
+                runner.reset()
+                hits += unit_hits(e, runner.forward(e.ids, 0, len(e.ids)).argmax(-1))
+                total += len(e.units)
+        finally:
+            for t, s in zip(runner.extra_inputs, saved):
+                t.copy_(s)
             runner.reset()
-            hits += unit_hits(e, runner.forward(e.ids, 0, len(e.ids)).argmax(-1))
-            total += len(e.units)
-        runner.reset()
         return hits / max(total, 1)
 
     def state(self) -> dict:

@@ -24,6 +24,11 @@ class UpdateRule:
     def to_dict(self) -> dict:
         return {"optimizer": "adam", **asdict(self), "betas": list(self.betas)}
 
+    @staticmethod
+    def lr_at(lr: float, done: int, warmup: int) -> float:
+        """The learning rate of the step after `done` steps: ramped up linearly over the first `warmup`."""
+        return lr * min(1.0, (done + 1) / max(warmup, 1))
+
     def eager_optimizer(self, params: list, lr: float) -> torch.optim.Optimizer:
         return torch.optim.AdamW(params, lr=lr, betas=self.betas, eps=self.eps, weight_decay=0.0)
 

@@ -48,7 +48,7 @@ public final class BundleSession {
     public final LoraTrainer trainer; // null unless the bundle was exported --with-training
     private final OnlineSchedule schedule; // null unless the bundle was exported --with-training
     private final int drafterChunk; // tokens per drafter call
-    static final double ADAPT_LR = 3e-4; // omnidraft.adaptation.online.AdaptConfig's defaults (the CLI's --adapt-lr)
+    static final double ADAPT_LR = OnlineSchedule.LR; // omnidraft.adaptation.online.AdaptConfig's (the CLI's --adapt-lr)
     public float lastLoss = Float.NaN;
     public int updates, rollbacks;
     public final Set<Integer> chatEos = new HashSet<>();
@@ -188,17 +188,18 @@ public final class BundleSession {
         return out;
     }
 
-    /** The Python adapter's schedule and guard (OnlineSchedule): every 4 replies, 2 update steps on the newest
-     *  examples (up to the program's batch), kept only if the drafter's greedy acceptance on the held-out replies
-     *  does not drop; lr 3e-4 (AdaptConfig's defaults). */
+    /** The Python adapter's schedule and guard (OnlineSchedule, AdaptConfig's defaults): every 4 replies, 8
+     *  update steps through the newest replies, kept unless the drafter's greedy acceptance on the held-out
+     *  replies falls clearly below the drafter's without its adapter. */
     private void adapt(org.omnidraft.core.TrainingExample example) {
         if (!schedule.add(example)) return;
-        double before = schedule.acceptance(drafter, drafterChunk);
         LoraTrainer.State saved = trainer.state();
-        for (int s = 0; s < OnlineSchedule.STEPS; s++) lastLoss = trainer.step(schedule.batch());
+        for (List<org.omnidraft.core.TrainingExample> batch : schedule.batches()) lastLoss = trainer.step(batch);
         double after = schedule.acceptance(drafter, drafterChunk);
+        double floor = trainer.withoutAdapter(() -> schedule.acceptance(drafter, drafterChunk));
         updates++;
-        if (after < before) { // NaN (nothing held out yet) keeps the update
+        // NaN (nothing held out yet) keeps the update
+        if (!Double.isNaN(after) && !OnlineSchedule.guardKeeps(after, floor, schedule.heldOutUnits(), OnlineSchedule.GUARD_MARGIN)) {
             trainer.restore(saved);
             rollbacks++;
         }

@@ -59,7 +59,8 @@ public final class LoraTrainer {
         List<EValue> in = new ArrayList<>();
         for (List<Tensor> state : List.of(lora, expAvg, expAvgSq)) for (Tensor t : state) in.add(EValue.from(t));
         in.add(EValue.from(Tensor.fromBlob(new float[] {steps + 1}, new long[0])));
-        in.add(EValue.from(Tensor.fromBlob(new float[] {(float) lr}, new long[0])));
+        double rate = org.omnidraft.core.OnlineSchedule.lrAt(lr, steps, org.omnidraft.core.OnlineSchedule.WARMUP);
+        in.add(EValue.from(Tensor.fromBlob(new float[] {(float) rate}, new long[0])));
         in.addAll(batchInputs(examples));
         EValue[] out = module.execute("forward", in.toArray(new EValue[0]));
         for (int i = 0; i < n; i++) { // copies: the program reuses its output memory on the next call
@@ -69,6 +70,21 @@ public final class LoraTrainer {
         }
         steps++;
         return out[0].toTensor().getDataAsFloatArray()[0];
+    }
+
+    /**
+     * `measure` run with the drafter's LoRA tensors zeroed (the drafter without its adapter), then restored:
+     * the guard's floor.
+     */
+    public double withoutAdapter(java.util.function.DoubleSupplier measure) {
+        List<float[]> saved = new ArrayList<>();
+        for (Tensor t : lora) saved.add(t.getDataAsFloatArray().clone());
+        for (int i = 0; i < lora.size(); i++) lora.set(i, Tensor.fromBlob(new float[saved.get(i).length], lora.get(i).shape()));
+        try {
+            return measure.getAsDouble();
+        } finally {
+            for (int i = 0; i < lora.size(); i++) lora.set(i, Tensor.fromBlob(saved.get(i), lora.get(i).shape()));
+        }
     }
 
     /** Everything a step changes: the LoRA tensors, their Adam moments and the step count (copies). */

@@ -6,14 +6,16 @@ import java.util.List;
 
 /**
  * When the on-device adapter updates, what it trains on and what its guard scores
- * (omnidraft/adaptation/online.py's OnlineAdapter with AdaptConfig's defaults): every
- * HOLDOUT_EVERY-th example (the 1st, 6th, ...) is held out, the others are buffered; every EVERY
- * examples an update takes STEPS steps on the newest `batch` buffered ones. The guard measures the
- * drafter's greedy acceptance on the held-out examples before and after; an update that lowers it
- * is rolled back by the caller.
+ * (omnidraft/adaptation/online.py's OnlineAdapter with AdaptConfig's defaults, checked against golden
+ * vectors): every HOLDOUT_EVERY-th example (the 1st, 6th, ...) is held out, the others are buffered (their
+ * prompts teach too); every EVERY examples an update takes STEPS steps, batch by batch through the newest
+ * REPLAY buffered examples, newest first, the learning rate ramped up over the first WARMUP steps. The guard
+ * measures the drafter's greedy acceptance on the held-out examples after the update and without its
+ * adapter; an update that leaves it more than GUARD_MARGIN standard errors below is rolled back by the caller.
  */
 public final class OnlineSchedule {
-    public static final int EVERY = 4, HOLDOUT_EVERY = 5, HOLDOUT = 4, BUFFER = 16, STEPS = 2;
+    public static final int EVERY = 4, HOLDOUT_EVERY = 5, HOLDOUT = 4, BUFFER = 16, STEPS = 8, REPLAY = 16, WARMUP = 16;
+    public static final double LR = 1e-3, GUARD_MARGIN = 1.0;
     private final ArrayDeque<TrainingExample> buffer = new ArrayDeque<>(), heldOut = new ArrayDeque<>();
     private int examples, sinceUpdate;
     public final int batch, window;
@@ -28,6 +30,7 @@ public final class OnlineSchedule {
     /** Add a finished generation's example; true when an update is due now. */
     public boolean add(TrainingExample e) {
         if (e.isEmpty()) return false;
+        e.addPromptNll();
         ArrayDeque<TrainingExample> to = examples % HOLDOUT_EVERY == 0 ? heldOut : buffer;
         to.addLast(e);
         if (to.size() > (to == heldOut ? HOLDOUT : BUFFER)) to.removeFirst();
@@ -37,10 +40,50 @@ public final class OnlineSchedule {
         return true;
     }
 
-    /** The newest `batch` buffered examples: one update step's batch. */
-    public List<TrainingExample> batch() {
+    /** An update's STEPS batches, as buffer indices (oldest 0): online.py's replay_batches. */
+    public static List<int[]> replayBatches(int buffered, int batch, int steps, int replay) {
+        List<Integer> newest = new ArrayList<>();
+        for (int i = buffered - 1; i >= Math.max(buffered - Math.max(replay, batch), 0); i--) newest.add(i);
+        List<int[]> chunks = new ArrayList<>();
+        for (int i = 0; i < newest.size(); i += batch) {
+            List<Integer> c = newest.subList(i, Math.min(newest.size(), i + batch));
+            int[] chunk = new int[c.size()];
+            for (int j = 0; j < chunk.length; j++) chunk[j] = c.get(c.size() - 1 - j); // oldest first
+            chunks.add(chunk);
+        }
+        List<int[]> out = new ArrayList<>();
+        for (int k = 0; k < steps && !chunks.isEmpty(); k++) out.add(chunks.get(k % chunks.size()));
+        return out;
+    }
+
+    /** The update's batches of buffered examples. */
+    public List<List<TrainingExample>> batches() {
         List<TrainingExample> all = new ArrayList<>(buffer);
-        return all.subList(Math.max(0, all.size() - batch), all.size());
+        List<List<TrainingExample>> out = new ArrayList<>();
+        for (int[] b : replayBatches(all.size(), batch, STEPS, REPLAY)) {
+            List<TrainingExample> step = new ArrayList<>();
+            for (int i : b) step.add(all.get(i));
+            out.add(step);
+        }
+        return out;
+    }
+
+    /** The learning rate of the step after `done` steps (update_rule.py: lr_at). */
+    public static double lrAt(double lr, int done, int warmup) {
+        return lr * Math.min(1.0, (done + 1) / (double) Math.max(warmup, 1));
+    }
+
+    /** online.py's guard_keeps: keep unless `after` fell below `floor` by more than `margin` standard errors. */
+    public static boolean guardKeeps(double after, double floor, int units, double margin) {
+        double noise = Math.sqrt(Math.max(floor * (1 - floor), 1e-6) / Math.max(units, 1));
+        return after >= floor - margin * noise;
+    }
+
+    /** Held-out tokens the guard scores (its estimate's sample size). */
+    public int heldOutUnits() {
+        int n = 0;
+        for (TrainingExample e : heldOut) n += e.lastUnits(window).size();
+        return n;
     }
 
     public List<TrainingExample> heldOut() {

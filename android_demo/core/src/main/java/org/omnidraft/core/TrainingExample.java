@@ -60,6 +60,18 @@ public final class TrainingExample {
         }
     }
 
+    /**
+     * The prompt teaches too: an NLL row at every prompt position but the last (which predicts the first
+     * committed token), for the prompt's next draft token (examples.py: Example.with_prompt_nll).
+     */
+    public void addPromptNll() {
+        int first = units.isEmpty() ? ids.size() - 1 : units.get(0)[0];
+        java.util.TreeSet<Integer> all = new java.util.TreeSet<>(nllPos);
+        for (int p = 0; p < first; p++) all.add(p);
+        nllPos.clear();
+        nllPos.addAll(all);
+    }
+
     public boolean isEmpty() {
         return klPos.isEmpty() && nllPos.isEmpty();
     }

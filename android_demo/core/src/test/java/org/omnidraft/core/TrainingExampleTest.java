@@ -82,8 +82,63 @@ public class TrainingExampleTest {
         for (int i = 1; i <= 12; i++) if (schedule.add(example(g))) due.add(i);
         assertEquals(List.of(4, 8, 12), due);
         assertEquals(3, schedule.heldOut().size()); // examples 1, 6, 11
-        assertEquals(2, schedule.batch().size());
+        assertEquals(OnlineSchedule.STEPS, schedule.batches().size());
         assertFalse(schedule.add(new TrainingExample(new VocabBridge(Golden.drafter(), Golden.target()), List.of())));
+    }
+
+    /** The schedule's constants and pure parts equal Python's (AdaptConfig, replay_batches, guard_keeps, lr_at). */
+    @Test
+    public void scheduleDefaultsAndPiecesMatchPython() throws Exception {
+        Map<String, Object> s = Json.object(Golden.load("training.json").get("schedule"));
+        Map<String, Object> d = Json.object(s.get("defaults"));
+        assertEquals(OnlineSchedule.EVERY, num(d.get("every")), 0);
+        assertEquals(OnlineSchedule.HOLDOUT_EVERY, num(d.get("holdout_every")), 0);
+        assertEquals(OnlineSchedule.HOLDOUT, num(d.get("holdout")), 0);
+        assertEquals(OnlineSchedule.BUFFER, num(d.get("buffer")), 0);
+        assertEquals(OnlineSchedule.STEPS, num(d.get("steps")), 0);
+        assertEquals(OnlineSchedule.REPLAY, num(d.get("replay")), 0);
+        assertEquals(OnlineSchedule.WARMUP, num(d.get("warmup")), 0);
+        assertEquals(OnlineSchedule.LR, num(d.get("lr")), 0);
+        assertEquals(OnlineSchedule.GUARD_MARGIN, num(d.get("guard_margin")), 0);
+        assertEquals(Boolean.TRUE, d.get("prompt_nll"));
+        assertEquals(Boolean.TRUE, d.get("guard_base"));
+        for (Object o : Json.array(s.get("batches"))) {
+            Map<String, Object> c = Json.object(o);
+            List<Object> a = Json.array(c.get("args"));
+            List<int[]> got = OnlineSchedule.replayBatches((int) num(a.get(0)), (int) num(a.get(1)), (int) num(a.get(2)),
+                    (int) num(a.get(3)));
+            List<Object> want = Json.array(c.get("batches"));
+            assertEquals(want.size(), got.size());
+            for (int i = 0; i < got.size(); i++) assertEquals(Golden.ints(want.get(i)), ints(got.get(i)));
+        }
+        for (Object o : Json.array(s.get("guards"))) {
+            Map<String, Object> c = Json.object(o);
+            List<Object> a = Json.array(c.get("args"));
+            assertEquals(c.get("keeps"), OnlineSchedule.guardKeeps(num(a.get(0)), num(a.get(1)), (int) num(a.get(2)),
+                    num(a.get(3))));
+        }
+        for (Object o : Json.array(s.get("lrs"))) {
+            Map<String, Object> c = Json.object(o);
+            List<Object> a = Json.array(c.get("args"));
+            assertEquals(num(c.get("lr")), OnlineSchedule.lrAt(num(a.get(0)), (int) num(a.get(1)), (int) num(a.get(2))), 1e-15);
+        }
+    }
+
+    /** The prompt teaches too: its positions' NLL rows in the padded window, as Python pads them. */
+    @Test
+    public void promptNllRowsMatchPython() throws Exception {
+        Map<String, Object> g = Golden.load("training.json");
+        Map<String, Object> p = Json.object(g.get("prompt_nll"));
+        TrainingExample e = example(g);
+        e.addPromptNll();
+        TrainingExample.Window w = e.window(((Number) g.get("window")).intValue());
+        assertEquals(Golden.ints(p.get("nll_rows")), longs(w.nllRows));
+        assertEquals(Golden.ints(p.get("nll_labels")), longs(w.nllLabels));
+        assertEquals(Golden.ints(p.get("nll_weight")), floats(w.nllWeight));
+    }
+
+    private static double num(Object o) {
+        return ((Number) o).doubleValue();
     }
 
     private static TrainingExample example(Map<String, Object> g) throws Exception {
