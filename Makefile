@@ -32,6 +32,7 @@ demo: prepare
 	$(BIN)/omnidraft generate --prompt "$(PROMPT)" --max-new-tokens 64
 
 test: prepare
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q tests -n 2 --dist loadfile --durations=12
 	$(MAKE) --no-print-directory test-java
 
@@ -53,6 +54,7 @@ test-java: golden
 		-Domnidraft.models=$(HOME_DIR)/models -Domnidraft.tokenizers=$(HOME_DIR)/tokenizers org.omnidraft.core.TestMain
 
 test-fast: install
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q tests -n 2 --dist loadfile -m "not real and not bundles and not arm64"
 
 # Real-pair exports: 8-10 minutes of XNNPACK lowering per model; built once, reused.

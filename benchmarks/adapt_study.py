@@ -29,7 +29,8 @@ from omnidraft import corpora
 from omnidraft.adaptation.examples import ExampleBuilder, Mapping
 from omnidraft.adaptation.lora import LoRAConfig
 from omnidraft.adaptation.online import AdaptConfig, OnlineAdapter
-from omnidraft.models import load_model, load_vocab, resolve_pair_paths
+from omnidraft.models import load_model, load_vocab
+from omnidraft.catalog import resolve_pair_paths
 from omnidraft.runtime.bridge import VocabBridge
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.runner import EagerRunner
@@ -101,7 +102,8 @@ def executorch_learner(bundle_dir: Path, threads: int):
     (the program's window and batch; LoRA tensors from its lora_init)."""
     from omnidraft.adaptation.learners import ExecuTorchLearner
     from omnidraft.bundle import load_bundle
-    from omnidraft.pair import lora_input_names, open_runner
+    from omnidraft.adaptation.learners import lora_input_names
+    from omnidraft.pair import open_runner
 
     bundle = load_bundle(bundle_dir)
     training = bundle.manifest.training

@@ -39,8 +39,10 @@ from omnidraft.adaptation.lora import LoRAConfig, add_lora, lora_parameters
 from omnidraft.adaptation.online import AdaptConfig, OnlineAdapter
 from omnidraft.adaptation.stream import PER_PROMPT, evaluate, run_stream
 from omnidraft.bundle import load_bundle
-from omnidraft.models import DEFAULT_DRAFTER, load_model, load_tokenizer, load_vocab, resolve_model_path
-from omnidraft.pair import build_eager_pair, learner_for, lora_input_names, open_runner
+from omnidraft.models import DEFAULT_DRAFTER, load_model, load_tokenizer, load_vocab
+from omnidraft.catalog import resolve_model_path
+from omnidraft.adaptation.learners import learner_for, lora_input_names
+from omnidraft.pair import build_eager_pair, open_runner
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.runner import EagerRunner
@@ -147,9 +149,9 @@ def main() -> int:
                     run["forgetting"] = {"eval_domain": other, **evaluate(dec, heldout[other], gen)[0]}
                 if dec.adapter is not None:
                     run["adaptation"] = dec.adapter.report()
-                if dec.ngram_cache is not None:
-                    run["ngram_cache_entries"] = len(dec.ngram_cache)
-                    run["ngram_cache_bytes"] = len(json.dumps(dec.ngram_cache.to_json()))
+                if dec.proposer.ngram_cache is not None:
+                    run["ngram_cache_entries"] = len(dec.proposer.ngram_cache)
+                    run["ngram_cache_bytes"] = len(json.dumps(dec.proposer.ngram_cache.to_json()))
                 result["runs"].append(run)
                 print(f"== {domain} {name} {learner}: held-out acc {run['heldout']['acceptance_rate']:.3f} "
                       f"tok/call {run['heldout']['tokens_per_target_call']:.2f}", file=sys.stderr, flush=True)

@@ -83,8 +83,8 @@ def main() -> int:
             text_ids = pair.encode_prompt(sample)[:96]
         prefix = text_ids[:64]
         lat = {k: step_ms(dec.target, prefix, k, args.reps) for k in (1, 4, 8)}
-        draft_prefix = pair.decoder.bridge.draft_prompt(prefix)[:64]
-        lat_d = step_ms(dec.drafter, draft_prefix, 1, args.reps)
+        draft_prefix = pair.bridge.draft_prompt(prefix)[:64]
+        lat_d = step_ms(pair.drafter, draft_prefix, 1, args.reps)
         logits = teacher_forced_logits(dec.target, text_ids)
         if reference is None:
             reference = logits
@@ -102,11 +102,11 @@ def main() -> int:
                 ids, GenerationConfig(args.max_new_tokens, speculative=False, eos_ids=eos))
             spec = dec.generate(ids, GenerationConfig(args.max_new_tokens, draft_len=args.draft_len, eos_ids=eos))
             identical += spec.token_ids == base.token_ids
-            spec_tokens += spec.stats["new_tokens"]
-            spec_s += spec.stats["decode_s"]
-            base_tokens += base.stats["new_tokens"]
-            base_s += base.stats["decode_s"]
-            calls += spec.stats["target_calls"]
+            spec_tokens += spec.stats.new_tokens
+            spec_s += spec.stats.decode_s
+            base_tokens += base.stats.new_tokens
+            base_s += base.stats.decode_s
+            calls += spec.stats.target_calls
         row = {
             "config": label,
             "target_mb": sizes.get("target", 0) / 2**20,

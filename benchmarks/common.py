@@ -11,7 +11,7 @@ from pathlib import Path
 from omnidraft.atomic import write_bytes_atomic
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.drafting import DraftModel
-from omnidraft.runtime.hybrid import Hybrid
+from omnidraft.runtime.hybrid import Hybrid, measurements
 from omnidraft.runtime.lookup import HistoryIndex
 from omnidraft.runtime.lookup_proposer import LookupProposer
 from omnidraft.runtime.stats import Totals
@@ -82,6 +82,8 @@ class Method:
     def __init__(self, pair, draft: dict | None, cache=None, predictor=None, learner=None, lora=None,
                  proposer: str = "drafter", lookup=None, costs: dict | None = None, role: str = ""):
         base = pair.decoder
+        # the shared drafter runner, for the methods that draft
+        self.drafter = pair.drafter if draft is not None and proposer != "lookup" else None
         self.draft = draft
         self.predictor = copy.deepcopy(predictor)
         if self.predictor is not None:
@@ -91,14 +93,14 @@ class Method:
             drafting = None
             if proposer != "lookup":
                 auto = draft.get("draft_policy") == "auto"
-                drafting = DraftModel(base.drafter, base.bridge, copy.deepcopy(cache),
+                drafting = DraftModel(pair.drafter, pair.bridge, copy.deepcopy(cache),
                                       self.predictor if auto else None)
             looking = None
             if proposer != "drafter":
                 looking = copy.deepcopy(lookup) if lookup is not None else LookupProposer(HistoryIndex())
-            chosen = drafting if proposer == "drafter" else Hybrid(looking, drafting)
-            if costs is not None and proposer == "hybrid":
-                chosen.load_state(costs)  # what the warm-up measured, as a costs file from earlier runs would hold
+            # the hybrid starts from what the warm-up measured, as from a costs file of earlier runs
+            measured = measurements(costs) if costs is not None and proposer == "hybrid" else (None, None)
+            chosen = drafting if proposer == "drafter" else Hybrid(looking, drafting, *measured)
         self.decoder = SpeculativeDecoder(base.target, pair.target_vocab, chosen)
         self.learner, self.lora = learner, lora
         self.role = role
@@ -108,7 +110,7 @@ class Method:
         self.differ = 0  # outputs that differ from the reference (target-only)
 
     def run(self, ids, max_new: int, eos) -> list[int]:
-        drafter = self.decoder.drafter
+        drafter = self.drafter
         if drafter is not None and self.predictor is not None:
             drafter.head = self.predictor.head  # each method drafts with its own head
         if drafter is not None and self.learner is not None:

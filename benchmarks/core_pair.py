@@ -43,7 +43,7 @@ def main() -> int:
     transformers.utils.logging.disable_progress_bar()
     pair = build_eager_pair(drafter=args.drafter, use_ngram_cache=False)
     dec = pair.decoder
-    dec.drafting.ngram_cache = NGramCache(dec.bridge.pair_id)  # fresh: learns during this run only
+    pair.drafting.ngram_cache = NGramCache(pair.bridge.pair_id)  # fresh: learns during this run only
     rows, per_prompt = [], []
     total = args.prompts_per_domain * len(corpora.DOMAINS)
     done = 0
@@ -59,20 +59,20 @@ def main() -> int:
             spec = dec.generate(ids, GenerationConfig(args.max_new_tokens, draft_len=args.draft_len, eos_ids=eos))
             s, b = spec.stats, base.stats
             same = spec.token_ids == base.token_ids
-            agg["tokens"] += s["new_tokens"]
-            agg["base_tokens"] += b["new_tokens"]
-            agg["base_s"] += b["decode_s"]
-            agg["spec_s"] += s["decode_s"]
-            agg["calls"] += s["target_calls"]
-            agg["drafted"] += s["drafted"]
-            agg["accepted"] += s["accepted"]
-            agg["hits"] += s["ngram_cache_hits"]
-            agg["hits_accepted"] += s["ngram_cache_accepted"]
-            agg["draft_tokens"] += s["draft_tokens"]
+            agg["tokens"] += s.new_tokens
+            agg["base_tokens"] += b.new_tokens
+            agg["base_s"] += b.decode_s
+            agg["spec_s"] += s.decode_s
+            agg["calls"] += s.target_calls
+            agg["drafted"] += s.drafted
+            agg["accepted"] += s.accepted
+            agg["hits"] += s.drafter.ngram_hits
+            agg["hits_accepted"] += s.drafter.ngram_accepted
+            agg["draft_tokens"] += s.drafter.draft_tokens
             agg["mismatch"] += 0 if same else 1
             per_prompt.append({"domain": domain, "prompt": text[:80], "identical": same,
                                "spec": {k: v for k, v in s.items() if k != "accepted_length_histogram"},
-                               "base_tokens_per_s": b["tokens_per_s"]})
+                               "base_tokens_per_s": b.tokens_per_s})
             done += 1
             elapsed = time.perf_counter() - start
             print(f"[{done}/{total}] {domain}: {s['tokens_per_target_call']:.2f} tok/call, "
@@ -94,7 +94,7 @@ def main() -> int:
             "outputs_differing": int(agg["mismatch"]),
         })
     prefix = pair.encode_prompt(corpora.prompts("prose", 1, seed=9)[0])[:64]
-    c = cost_ratio(dec.target, dec.drafter, prefix, dec.bridge.draft_prompt(prefix)[:64])[0]
+    c = cost_ratio(dec.target, pair.drafter, prefix, pair.bridge.draft_prompt(prefix)[:64])[0]
     result = {
         "cost_ratio_c": c,
         "command": " ".join(["benchmarks/core_pair.py", *sys.argv[1:]]),
@@ -105,10 +105,10 @@ def main() -> int:
         "draft_len": args.draft_len,
         "max_new_tokens": args.max_new_tokens,
         "temperature": 0.0,
-        "vocab_intersection": dec.bridge.intersection_size,
-        "drafter_vocab": len(dec.bridge.draft),
+        "vocab_intersection": pair.bridge.intersection_size,
+        "drafter_vocab": len(pair.bridge.draft),
         "target_vocab": len(dec.target_vocab),
-        "ngram_cache_size_at_end": len(dec.ngram_cache),
+        "ngram_cache_size_at_end": len(pair.ngram_cache),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
         "date": time.strftime("%Y-%m-%d"),
         "rows": rows,

@@ -68,7 +68,8 @@ def rss_mb() -> float:
 def build(name: str):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, resolve_model_path
+    from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model
+    from omnidraft.catalog import resolve_model_path
 
     torch.manual_seed(0)
     if name == "gemma-3-270m":  # the real pair's target, for reference
@@ -84,7 +85,8 @@ def build(name: str):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     if name == "smollm2-4l-head16k":  # scores only its 16,384 most frequent tokens (draft_head.py)
         from omnidraft.draft_head import apply_draft_head, write_head
-        from omnidraft.models import load_tokenizer, omnidraft_home
+        from omnidraft.models import load_tokenizer
+        from omnidraft.state import omnidraft_home
 
         folder = omnidraft_home() / "cost_curve" / "draft-head-16k"
         folder.mkdir(parents=True, exist_ok=True)
@@ -198,7 +200,7 @@ def main() -> int:
         save_results(args.out, result, render)
         plot(result, args.out / "plot.png")
         return 0
-    from omnidraft.models import omnidraft_home
+    from omnidraft.state import omnidraft_home
     from omnidraft.progress import stage
 
     targets = [t for t in args.targets.split(",") if t]

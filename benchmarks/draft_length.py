@@ -66,7 +66,7 @@ def main() -> int:
     else:
         pair = build_eager_pair(drafter=args.drafter, use_ngram_cache=False)
     backend = pair.decoder.target.backend
-    drafter = pair.decoder.drafter
+    drafter = pair.drafter
     table = methods([int(k) for k in args.fixed.split(",")], [float(g) for g in args.gammas.split(",")], args.cap)
     result = {"command": " ".join(["benchmarks/draft_length.py", *sys.argv[1:]]), "threads": args.threads,
               "date": time.strftime("%Y-%m-%d"), "warmup": args.warmup, "prompts": args.prompts,
@@ -79,16 +79,17 @@ def main() -> int:
         # warm-up: the cache and the head learn from this domain's traffic
         drafter.head = AcceptanceHead.initial(drafter.head.n_features)
         warm = SpeculativeDecoder.with_drafter(pair.decoder.target, pair.target_vocab, drafter,
-                                               pair.decoder.bridge.draft, ngram_cache=True,
+                                               pair.bridge.draft, ngram_cache=True,
                                                predictor=AcceptancePredictor(drafter.head))
         for i, text in enumerate(corpora.prompts(domain, args.warmup, split="adapt")):
             s = warm.generate(pair.encode_prompt(text, chat=chat),
                               GenerationConfig(args.max_new_tokens, draft_policy="auto", max_draft_len=args.cap,
                                                eos_ids=eos)).stats
-            print(f"[{domain} warm-up {i + 1}/{args.warmup}] acc {s['acceptance_rate']:.2f} draft len "
-                  f"{s['mean_draft_len']:.1f} head loss {s['predictor']['loss']:.3f} "
+            print(f"[{domain} warm-up {i + 1}/{args.warmup}] acc {s.acceptance_rate:.2f} draft len "
+                  f"{s.mean_draft_len:.1f} head loss {s.drafter.predictor['loss']:.3f} "
                   f"({time.perf_counter() - start:.0f}s)", file=sys.stderr, flush=True)
-        runs = {name: Method(pair, draft, warm.ngram_cache, warm.predictor) for name, draft in table.items()}
+        runs = {name: Method(pair, draft, warm.proposer.ngram_cache, warm.proposer.predictor)
+                for name, draft in table.items()}
         calibration = []  # (head probability, label) on the measured prompts, from the auto runs
         for i, text in enumerate(corpora.prompts(domain, args.prompts, split="eval")):
             ids = pair.encode_prompt(text, chat=chat)
@@ -102,12 +103,12 @@ def main() -> int:
                 for n, m in runs.items()) + f" tok/s ({time.perf_counter() - start:.0f}s)", file=sys.stderr, flush=True)
         base_tps = runs["target-only"].totals.tokens_per_s
         for name, method in runs.items():
-            if method.decoder.predictor is not None:
+            if method.predictor is not None:
                 prob, label = np.asarray(method.predictor.track).T
                 calibration.append({"method": name, **_calibration(prob, label)})
         result["domains"][domain] = {
             "methods": {name: m.summary(base_tps) for name, m in runs.items()},
-            "head": {"warmup_examples": warm.predictor.seen, "calibration": calibration},
+            "head": {"warmup_examples": warm.proposer.predictor.seen, "calibration": calibration},
         }
         save_results(args.out, result, render_table)  # partial results survive an interruption
     return 0

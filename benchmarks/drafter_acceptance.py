@@ -31,7 +31,7 @@ from omnidraft.atomic import write_bytes_atomic  # noqa: E402
 from omnidraft.adaptation.examples import ExampleBuilder, Mapping, unit_hits  # noqa: E402
 from omnidraft.draft_head import apply_draft_head  # noqa: E402
 from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, load_vocab  # noqa: E402
-from omnidraft.models import resolve_model_path  # noqa: E402
+from omnidraft.catalog import resolve_model_path  # noqa: E402
 from omnidraft.progress import log  # noqa: E402
 from omnidraft.runtime.bridge import VocabBridge  # noqa: E402
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from omnidraft import corpora
-from omnidraft.models import DEFAULT_TARGET, load_model, load_tokenizer, resolve_model_path
+from omnidraft.models import DEFAULT_TARGET, load_model, load_tokenizer
+from omnidraft.catalog import resolve_model_path
 from omnidraft.runtime.runner import EagerRunner
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from omnidraft import corpora
-from omnidraft.models import DEFAULT_TARGET, load_tokenizer, resolve_model_path
+from omnidraft.models import DEFAULT_TARGET, load_tokenizer
+from omnidraft.catalog import resolve_model_path
 from omnidraft.runtime.lookup import Doc, HistoryIndex, find_candidates
 from omnidraft.runtime.vocab import Vocab
 

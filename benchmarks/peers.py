@@ -50,9 +50,9 @@ def main() -> int:
 
     pair = build_eager_pair(use_ngram_cache=False)
     dec = pair.decoder
-    hf_target, hf_drafter = dec.target.model, dec.drafter.model
-    tok_t, tok_d = pair.target_vocab.tokenizer, dec.bridge.draft.tokenizer
-    cache = NGramCache(dec.bridge.pair_id)
+    hf_target, hf_drafter = dec.target.model, pair.drafter.model
+    tok_t, tok_d = pair.target_vocab.tokenizer, pair.bridge.draft.tokenizer
+    cache = NGramCache(pair.bridge.pair_id)
     prompts = [(d, t) for d in corpora.DOMAINS for t in corpora.prompts(d, args.prompts_per_domain, seed=2, split="eval")]
 
     totals = {m: {"tokens": 0, "s": 0.0, "calls": 0, "drafted": 0, "accepted": 0, "differ": 0} for m in METHODS}
@@ -61,29 +61,29 @@ def main() -> int:
         ids = pair.encode_prompt(text, chat=chat)
         eos = pair.eos_ids(chat)
         base = dec.generate(ids, GenerationConfig(args.max_new_tokens, speculative=False, eos_ids=eos))
-        runs = {"target-only (ours)": (base.token_ids, base.stats["decode_s"], base.stats)}
+        runs = {"target-only (ours)": (base.token_ids, base.stats.decode_s, base.stats)}
         runs["HF generate"] = (*hf_generate(hf_target, ids, eos, args.max_new_tokens), None)
         runs["HF assisted"] = (*hf_generate(hf_target, ids, eos, args.max_new_tokens, assistant_model=hf_drafter,
                                             tokenizer=tok_t, assistant_tokenizer=tok_d), None)
         for name, use_cache in (("OmniDraft eager", True), ("OmniDraft eager, no n-gram cache", False)):
-            dec.drafting.ngram_cache = cache if use_cache else None
+            pair.drafting.ngram_cache = cache if use_cache else None
             r = dec.generate(ids, GenerationConfig(args.max_new_tokens, draft_len=args.draft_len, eos_ids=eos))
-            runs[name] = (r.token_ids, r.stats["decode_s"], r.stats)
+            runs[name] = (r.token_ids, r.stats.decode_s, r.stats)
         for name, (tokens, secs, stats) in runs.items():
             agg = totals[name]
             agg["tokens"] += len(tokens)
             agg["s"] += secs
             agg["differ"] += tokens != base.token_ids
             if stats:
-                agg["calls"] += stats["target_calls"]
-                agg["drafted"] += stats["drafted"]
-                agg["accepted"] += stats["accepted"]
+                agg["calls"] += stats.target_calls
+                agg["drafted"] += stats.drafted
+                agg["accepted"] += stats.accepted
         print(f"[{i}/{len(prompts)}] {domain}: " + ", ".join(
             f"{n.split(' (')[0]} {len(tk) / s:.1f}" for n, (tk, s, _) in runs.items()) + " tok/s",
             file=sys.stderr, flush=True)
 
     prefix = pair.encode_prompt(prompts[0][1])[:64]
-    c = cost_ratio(dec.target, dec.drafter, prefix, dec.bridge.draft_prompt(prefix)[:64])[0]
+    c = cost_ratio(dec.target, pair.drafter, prefix, pair.bridge.draft_prompt(prefix)[:64])[0]
     base_tps = totals[METHODS[0]]["tokens"] / totals[METHODS[0]]["s"]
     rows = []
     for name in METHODS:

@@ -102,7 +102,7 @@ def real_pair_cost(per_domain: int, max_new_tokens: int, threads: int) -> list[d
     dec = pair.decoder
     rows = []
     for mode, strict in (("default", False), ("strict", True)):
-        dec.drafting.ngram_cache = NGramCache(dec.bridge.pair_id)  # fresh per mode: the same start for both
+        pair.drafting.ngram_cache = NGramCache(pair.bridge.pair_id)  # fresh per mode: the same start for both
         totals = {"new_tokens": 0, "target_calls": 0, "accepted": 0, "drafted": 0}
         for domain in corpora.DOMAINS:
             chat = domain == "chat"
@@ -111,8 +111,8 @@ def real_pair_cost(per_domain: int, max_new_tokens: int, threads: int) -> list[d
                                           eos_ids=pair.eos_ids(chat), strict_sampling=strict)
                 stats = dec.generate(pair.encode_prompt(text, chat=chat), config).stats
                 for name in totals:
-                    totals[name] += stats[name]
-                print(f"[real pair {mode} {domain} {i + 1}] acceptance {stats['acceptance_rate']:.2f}",
+                    totals[name] += getattr(stats, name)
+                print(f"[real pair {mode} {domain} {i + 1}] acceptance {stats.acceptance_rate:.2f}",
                       file=sys.stderr, flush=True)
         rows.append({"mode": mode, "prompts": per_domain * len(corpora.DOMAINS),
                      "acceptance": totals["accepted"] / max(totals["drafted"], 1),

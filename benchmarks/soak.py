@@ -51,13 +51,13 @@ def prompt_cycle(n: int) -> list[tuple[str, str]]:
 
 def probe(dec, pair, prompts, config) -> float:
     """Acceptance on `prompts` with learning paused: the cache learns on a copy, no LoRA or head updates."""
-    paused = SpeculativeDecoder.with_drafter(dec.target, pair.target_vocab, dec.drafter, dec.bridge.draft,
-                                             ngram_cache=copy.deepcopy(dec.ngram_cache))
+    paused = SpeculativeDecoder.with_drafter(dec.target, pair.target_vocab, dec.proposer.drafter, dec.proposer.bridge.draft,
+                                             ngram_cache=copy.deepcopy(dec.proposer.ngram_cache))
     drafted = accepted = 0
     for domain, text in prompts:
         s = paused.generate(pair.encode_prompt(text, chat=domain == "chat"), config).stats
-        drafted += s["drafted"]
-        accepted += s["accepted"]
+        drafted += s.drafted
+        accepted += s.accepted
     return accepted / max(drafted, 1)
 
 
@@ -74,16 +74,17 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pair = build_eager_pair(args.target, args.drafter, use_ngram_cache=False)
-    base = pair.decoder
+    target, drafter, bridge = pair.decoder.target, pair.drafter, pair.bridge
     prompts = prompt_cycle(args.generations)
     config = GenerationConfig(args.max_new_tokens, draft_policy="auto", max_draft_len=6)
 
     probes = [(d, t) for d in corpora.DOMAINS for t in corpora.prompts(d, args.probe, split="eval")]
-    base.drafting.ngram_cache = NGramCache(base.bridge.pair_id)
+    cache = NGramCache(bridge.pair_id)  # fresh and never saved: the soak starts from nothing learned
+    base = SpeculativeDecoder(target, pair.target_vocab, DraftModel(drafter, bridge, cache))
     baseline = probe(base, pair, probes, config)  # before any learning
-    drafting = DraftModel(base.drafter, base.bridge, base.ngram_cache, AcceptancePredictor(base.drafter.head))
-    dec = SpeculativeDecoder(base.target, pair.target_vocab, drafting,
-                             OnlineAdapter(base.drafter.model, base.bridge, AdaptConfig(lr=3e-4)))
+    drafting = DraftModel(drafter, bridge, cache, AcceptancePredictor(drafter.head))
+    dec = SpeculativeDecoder(target, pair.target_vocab, drafting,
+                             OnlineAdapter(drafter.model, bridge, AdaptConfig(lr=3e-4)))
     result = {"command": " ".join(["benchmarks/soak.py", *sys.argv[1:]]), "date": time.strftime("%Y-%m-%d"),
               "threads": args.threads, "generations": args.generations, "window": args.window,
               "max_new_tokens": args.max_new_tokens, "target": pair.target_name, "drafter": pair.drafter_name,
@@ -92,8 +93,8 @@ def main() -> int:
     drafted = accepted = 0
     for i, (domain, text) in enumerate(prompts):
         s = dec.generate(pair.encode_prompt(text, chat=domain == "chat"), config).stats
-        drafted += s["drafted"]
-        accepted += s["accepted"]
+        drafted += s.drafted
+        accepted += s.accepted
         if (i + 1) % args.window == 0 or i + 1 == len(prompts):
             gc.collect()
             a = dec.adapter.stats
@@ -101,9 +102,9 @@ def main() -> int:
             # Measured after the probe's decoding: the drafter's merged LoRA weights always exist then (a
             # rollback drops them until the next decode, which would show as a 0.7 GB dip).
             w = {"generations": i + 1, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb(),
-                 "ngram_cache": len(dec.ngram_cache), "updates": a.updates, "rollbacks": a.rollbacks,
+                 "ngram_cache": len(dec.proposer.ngram_cache), "updates": a.updates, "rollbacks": a.rollbacks,
                  "acceptance_rate": accepted / max(drafted, 1), "probe_acceptance": probe_acceptance,
-                 "head_updates": dec.predictor.updates, "seconds": time.perf_counter() - start}
+                 "head_updates": dec.proposer.predictor.updates, "seconds": time.perf_counter() - start}
             result["windows"].append(w)
             drafted = accepted = 0
             print(f"[{i + 1}/{len(prompts)}] RSS {w['rss_mb']:.0f} MB (peak {w['peak_rss_mb']:.0f}), cache {w['ngram_cache']}, updates "

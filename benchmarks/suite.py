@@ -44,7 +44,8 @@ from omnidraft import corpora
 from omnidraft.adaptation.online import AdaptConfig, OnlineAdapter
 from omnidraft.adaptation.predictor import AcceptancePredictor
 from omnidraft.errors import OmniDraftError
-from omnidraft.pair import build_bundle_pair, build_eager_pair, learner_for
+from omnidraft.adaptation.learners import learner_for
+from omnidraft.pair import build_bundle_pair, build_eager_pair
 from omnidraft.runtime.acceptance import AcceptanceHead
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.drafting import DraftModel
@@ -130,18 +131,18 @@ def fits(pair, ids, args) -> bool:
 def warm_up(pair, learner, zero_lora, workload: str, args, bar) -> tuple:
     """The workload's warm-up stream with everything learning: (cache, predictor, lookup, lora state, adapter)."""
     dec = pair.decoder
-    drafter = dec.drafter
+    drafter = pair.drafter
     predictor = None
     if drafter.has_head:
         drafter.head = AcceptanceHead.initial(drafter.head.n_features)
         predictor = AcceptancePredictor(drafter.head)
-    drafting = DraftModel(drafter, dec.bridge, NGramCache(dec.bridge.pair_id), predictor)
+    drafting = DraftModel(drafter, pair.bridge, NGramCache(pair.bridge.pair_id), predictor)
     lookup = LookupProposer(HistoryIndex())
     adapter = None
     if learner is not None:
         learner.load_state(zero_lora)
         drafter.reset()
-        adapter = OnlineAdapter(learner, dec.bridge, AdaptConfig(lr=args.adapt_lr))
+        adapter = OnlineAdapter(learner, pair.bridge, AdaptConfig(lr=args.adapt_lr))
     hybrid = Hybrid(lookup, drafting)
     warm = SpeculativeDecoder(dec.target, pair.target_vocab, Shadow(hybrid), adapter)
     draft = _auto(args) if drafter.has_head else dict(draft_len=args.draft_len)
@@ -150,7 +151,7 @@ def warm_up(pair, learner, zero_lora, workload: str, args, bar) -> tuple:
         if fits(pair, ids, args):
             eos = pair.eos_ids(is_chat(item, workload))
             s = warm.generate(ids, GenerationConfig(args.max_new_tokens, eos_ids=eos, **draft)).stats
-            bar.set_postfix_str(f"{workload} warm-up acc {s['acceptance_rate']:.2f}")
+            bar.set_postfix_str(f"{workload} warm-up acc {s.acceptance_rate:.2f}")
         bar.update()
     lora = learner.state() if learner is not None else None
     return drafting.ngram_cache, predictor, lookup, lora, adapter, hybrid.state()
@@ -162,7 +163,7 @@ def _auto(args) -> dict:
 
 def make_methods(pair, args, learner, zero_lora, warm) -> dict[str, Method]:
     cache, predictor, lookup, lora, _, costs = warm
-    drafter = pair.decoder.drafter
+    drafter = pair.drafter
     draft = _auto(args) if drafter.has_head else dict(draft_len=args.draft_len)
     length = "auto" if drafter.has_head else f"k={args.draft_len}"
     methods = {"target-only": Method(pair, None, role=TARGET_ONLY)}
@@ -185,11 +186,11 @@ def empty_state(pair, learner, zero_lora) -> tuple:
     measured costs, the pretrained drafter (the warm-up's return shape)."""
     dec = pair.decoder
     predictor = None
-    if dec.drafter.has_head:
-        predictor = AcceptancePredictor(AcceptanceHead.initial(dec.drafter.head.n_features))
+    if pair.drafter.has_head:
+        predictor = AcceptancePredictor(AcceptanceHead.initial(pair.drafter.head.n_features))
     if learner is not None:
         learner.load_state(zero_lora)
-    return NGramCache(dec.bridge.pair_id), predictor, LookupProposer(HistoryIndex()), zero_lora, None, None
+    return NGramCache(pair.bridge.pair_id), predictor, LookupProposer(HistoryIndex()), zero_lora, None, None
 
 
 def measure(methods: dict[str, Method], ids, eos, max_new: int) -> None:
@@ -203,14 +204,14 @@ def measure(methods: dict[str, Method], ids, eos, max_new: int) -> None:
 
 def run_system(label: str, pair, args, bar) -> dict:
     dec = pair.decoder
-    drafter = dec.drafter
+    drafter = pair.drafter
     n = min(64, dec.target.max_context // 2)
     prefix = pair.encode_prompt(corpora.prompts("prose", 1, seed=9)[0])[:n]
-    c, step, _ = cost_ratio(dec.target, drafter, prefix, dec.bridge.draft_prompt(prefix)[:n])
+    c, step, _ = cost_ratio(dec.target, drafter, prefix, pair.bridge.draft_prompt(prefix)[:n])
     learner, zero_lora, why_not = None, None, "not measured (--extended adds it)"
     if args.extended:
         try:
-            learner = OnlineAdapter(learner_for(pair.bundle, dec.drafting, AdaptConfig(lr=args.adapt_lr)), dec.bridge,
+            learner = OnlineAdapter(learner_for(pair.bundle, pair.drafting, AdaptConfig(lr=args.adapt_lr)), pair.bridge,
                                     AdaptConfig(lr=args.adapt_lr)).learner
             zero_lora = learner.state()
             why_not = "lora"
@@ -245,7 +246,7 @@ def run_system(label: str, pair, args, bar) -> dict:
                     learner.load_state(zero_lora)  # the peer drafts with the pretrained drafter
                 hf_target, hf_drafter = dec.target.model, drafter.model
                 for name, assist in zip(PEERS, ({}, dict(assistant_model=hf_drafter, tokenizer=pair.target_vocab.tokenizer,
-                                                          assistant_tokenizer=dec.bridge.draft.tokenizer))):
+                                                          assistant_tokenizer=pair.bridge.draft.tokenizer))):
                     tokens, seconds = hf_generate(hf_target, ids, eos, args.max_new_tokens, **assist)
                     peer_runs[name][0] += Totals(generations=1, new_tokens=len(tokens), decode_s=seconds)
                     peer_runs[name][1] += tokens != reference

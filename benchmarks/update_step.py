@@ -42,7 +42,8 @@ def run(kind: str, args, queue) -> None:
     from omnidraft.adaptation.learners import EagerLearner, ExecuTorchLearner
     from omnidraft.adaptation.lora import LoRAConfig
     from omnidraft.adaptation.online import AdaptConfig
-    from omnidraft.models import DEFAULT_DRAFTER, load_model, resolve_model_path
+    from omnidraft.models import DEFAULT_DRAFTER, load_model
+    from omnidraft.catalog import resolve_model_path
 
     torch.set_num_threads(args.threads)
     examples = batch(args.window, args.batch, args.mapped)
@@ -67,7 +68,8 @@ def run(kind: str, args, queue) -> None:
 def export(args) -> None:
     from omnidraft.adaptation.lora import LoRAConfig, lora_parameters
     from omnidraft.export.training_export import export_training, lora_model
-    from omnidraft.models import DEFAULT_DRAFTER, load_model, resolve_model_path
+    from omnidraft.models import DEFAULT_DRAFTER, load_model
+    from omnidraft.catalog import resolve_model_path
 
     model = lora_model(load_model(resolve_model_path(None, DEFAULT_DRAFTER)), LoRAConfig(rank=args.rank))
     args.cache.mkdir(parents=True, exist_ok=True)
@@ -89,7 +91,7 @@ def main() -> int:
     ap.add_argument("--cache", type=Path)
     args = ap.parse_args()
     if args.cache is None:
-        from omnidraft.models import omnidraft_home
+        from omnidraft.state import omnidraft_home
 
         args.cache = omnidraft_home() / "update_step" / f"w{args.window}-b{args.batch}-r{args.rank}-m{args.mapped}-{args.kernels}"
     ctx = mp.get_context("spawn")

@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 from . import options as opt
+from .cli_build import cmd_draft_head, cmd_export, cmd_make_drafter, cmd_prepare
 from .errors import OmniDraftError
+from .progress import quiet_libraries
 
 EXIT_USER_ERROR = 1
 EXIT_USAGE = 2
@@ -167,27 +169,6 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
-def _quiet_libraries(progress_bars: bool = False) -> None:
-    """Library chatter (deprecations, optional kernels not found) is not for users."""
-    import logging
-    import warnings
-
-    import torch  # noqa: F401 - torch configures its loggers on import: quiet them after
-
-    warnings.filterwarnings("ignore")
-    quiet = ("torch", "torchao", "onnxscript", "onnx_ir", "executorch")
-    for name in list(logging.root.manager.loggerDict):
-        if name.split(".")[0] in quiet:
-            logging.getLogger(name).setLevel(logging.ERROR)
-    for name in quiet:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    if not progress_bars:
-        transformers.utils.logging.disable_progress_bar()
-
-
 def read_prompt(args) -> str:
     if args.prompt is not None:
         return args.prompt
@@ -204,89 +185,11 @@ def read_prompt(args) -> str:
         raise OmniDraftError(f"prompt file {path} is not valid UTF-8 (byte {e.start})") from None
 
 
-def cmd_prepare(args) -> int:
-    _quiet_libraries(progress_bars=True)  # GGUF conversion shows its own progress
-    from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, prepare_default_model
-
-    for model in (DEFAULT_TARGET, DEFAULT_DRAFTER):
-        path = prepare_default_model(model)
-        print(f"{model.role}: {model.name} ready at {path}")
-    from .small_drafter import SHIPPED, assemble
-
-    if SHIPPED.exists():
-        print(f"drafter: small ready at {assemble()}")
-    if args.tokenizers:
-        from .tokenizer_families import prepare_families
-
-        for family, path in prepare_families().items():
-            print(f"tokenizer: {family} ready at {path}")
-    return 0
-
-
-def cmd_export(args) -> int:
-    _quiet_libraries()
-    from .export.build import export_bundle
-
-    formats = ("executorch", "onnx") if args.format == "both" else (args.format,)
-    export_bundle(
-        args.out, args.target, args.drafter, formats=formats, quant=args.quant, drafter_quant=args.drafter_quant,
-        embedding_quant=args.embedding_quant, draft_head=args.draft_head, max_context=args.max_context,
-        drafter_context=args.drafter_context, max_draft_len=args.max_draft_len,
-        with_training=args.with_training, train_window=args.train_window, train_batch=args.train_batch,
-        train_kernels=args.train_kernels,
-    )
-    print(args.out)
-    return 0
-
-
-def cmd_make_drafter(args) -> int:
-    _quiet_libraries()
-    from .distill import DistillConfig, distill
-    from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, resolve_model_path
-
-    domains = _domains(args.corpus)
-    config = DistillConfig(layers=args.layers, tokens=args.tokens, seq_len=args.seq_len, batch=args.batch, lr=args.lr,
-                           seed=args.seed, checkpoint_every=args.checkpoint_every, domains=domains)
-    target, teacher_config = None, None
-    if args.teacher == "target":
-        from .teacher import TeacherConfig
-
-        target = resolve_model_path(args.target, DEFAULT_TARGET)
-        teacher_config = TeacherConfig.for_window(args.seq_len, batch=args.batch, generated=args.generated,
-                                                  top_k=args.top_k, seed=args.seed)
-    elif args.target is not None or args.teacher_cache is not None:
-        raise OmniDraftError("--target and --teacher-cache are for --teacher target")
-    distill(resolve_model_path(args.source, DEFAULT_DRAFTER), args.out, config, restart=args.restart,
-            head_tokens=args.head_tokens, target_path=target, teacher_config=teacher_config,
-            teacher_cache=args.teacher_cache)
-    return 0
-
-
-def cmd_draft_head(args) -> int:
-    _quiet_libraries()
-    from .draft_head import write_head
-    from .models import DEFAULT_DRAFTER, load_tokenizer, resolve_model_path
-
-    path = resolve_model_path(args.drafter, DEFAULT_DRAFTER)
-    write_head(path, load_tokenizer(path), args.tokens, _domains(args.corpus))
-    return 0
-
-
-def _domains(spec: str) -> tuple[str, ...]:
-    from . import corpora
-
-    domains = tuple(d.strip() for d in spec.split(",") if d.strip())
-    unknown = [d for d in domains if d not in corpora.DOMAINS]
-    if unknown or not domains:
-        raise OmniDraftError(f"unknown corpus {','.join(unknown) or spec!r}; choose from {','.join(corpora.DOMAINS)}")
-    return domains
-
-
 def cmd_generate(args) -> int:
     prompt = read_prompt(args)
     if not prompt.strip():
         raise OmniDraftError("the prompt is empty")
-    _quiet_libraries()
+    quiet_libraries()
     import torch
 
     from .pair import open_pair
@@ -305,45 +208,25 @@ def cmd_generate(args) -> int:
         pair.save_cache()
     s = result.stats
     report = {
-        "text": result.text,
-        **{k: s[k] for k in ("new_tokens", "target_calls", "tokens_per_target_call", "drafted", "accepted")},
-        "acceptance_rate": s["acceptance_rate"],
-        "ngram_cache_hits": s["ngram_cache_hits"],
-        "ngram_cache_size": s["ngram_cache_size"],
-        "wall_s": s["wall_s"],
-        "prefill_s": s["prefill_s"],
-        "tokens_per_s": s["tokens_per_s"],
-        "target": pair.target_name,
-        "drafter": pair.drafter_name,
-        "backend": pair.decoder.target.backend,
-        "cross_vocab": pair.decoder.cross_vocab,
-        "speculative": not args.no_speculation,
-        "stop_reason": result.stop_reason,
-        "prompt_tokens": len(ids),
+        "text": result.text, **s.to_json(), "target": pair.target_name, "drafter": pair.drafter_name,
+        "backend": pair.decoder.target.backend, "speculative": not args.no_speculation,
+        "stop_reason": result.stop_reason, "prompt_tokens": len(ids),
         "draft_len": pair.draft.get("draft_len") if pair.draft.get("draft_policy") == "fixed"
         else pair.draft.get("draft_policy"),
-        "mean_draft_len": s["mean_draft_len"],
-        "predictor": s.get("predictor"),
-        "temperature": args.temperature,
-        "threads": torch.get_num_threads(),
-        "vocab_intersection": s["vocab_intersection"],
-        "drafter_calls": s["drafter_calls"],
-        "adaptation": s.get("adaptation"),
+        "temperature": args.temperature, "threads": torch.get_num_threads(),
         "proposer": None if args.no_speculation else args.proposer,
-        "proposals": s["proposals"],
-        "timings": s["timings"],
-        "lookup": s["lookup"],
-        "hybrid": s["hybrid"],
     }
+    for internal in ("rounds", "draft_policy"):  # the loop's own trace and the resolved policy stay out of the report
+        report.pop(internal, None)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
         mode = "speculative" if report["speculative"] else "target-only"
         print(
-            f"[{mode}] {s['new_tokens']} tokens in {s['decode_s']:.2f}s ({s['tokens_per_s']:.2f} tok/s), "
-            f"{s['tokens_per_target_call']:.2f} tokens/target call, acceptance {s['acceptance_rate']:.2f} "
-            f"(accepted/proposed: {opt.proposal_summary(s)}), n-gram hits {s['ngram_cache_hits']}, "
+            f"[{mode}] {s.new_tokens} tokens in {s.decode_s:.2f}s ({s.tokens_per_s:.2f} tok/s), "
+            f"{s.tokens_per_target_call:.2f} tokens/target call, acceptance {s.acceptance_rate:.2f} "
+            f"(accepted/proposed: {opt.proposal_summary(s)}), n-gram hits {s.drafter.ngram_hits}, "
             f"stop: {result.stop_reason}, threads {report['threads']}" + "".join(f", {t}" for t in opt.timing_parts(s))
             + (f", drafter {pair.drafter_name}" if pair.drafter_name else ""),
             file=sys.stderr,
@@ -383,7 +266,7 @@ def read_prompt_stream(path: Path) -> list[str]:
 def cmd_adapt(args) -> int:
     stream_texts = read_prompt_stream(args.stream)
     eval_texts = read_prompt_stream(args.eval) if args.eval else []
-    _quiet_libraries()
+    quiet_libraries()
     import torch
 
     from .adaptation.stream import evaluate, run_stream
@@ -405,9 +288,9 @@ def cmd_adapt(args) -> int:
         report["eval_before"] = evaluate(dec, held, config)[0]
 
     def progress(i, stats):
-        a = stats["adaptation"]
-        print(f"[{i + 1}/{len(stream)}] acceptance {stats['acceptance_rate']:.2f}, "
-              f"{stats['tokens_per_target_call']:.2f} tokens/call, updates {a['updates']} "
+        a = stats.adaptation or {"updates": 0, "rollbacks": 0}
+        print(f"[{i + 1}/{len(stream)}] acceptance {stats.acceptance_rate:.2f}, "
+              f"{stats.tokens_per_target_call:.2f} tokens/call, updates {a['updates']} "
               f"(rolled back {a['rollbacks']})", file=sys.stderr, flush=True)
 
     try:
@@ -416,9 +299,9 @@ def cmd_adapt(args) -> int:
         pair.save_cache()
     if held:
         report["eval_after"] = evaluate(dec, held, config)[0]
-    report["adaptation"] = dec.adapter.report()
-    if dec.predictor is not None:
-        report["predictor"] = dec.predictor.summary()
+    report["adaptation"] = pair.adapter.report()
+    if pair.predictor is not None:
+        report["predictor"] = pair.predictor.summary()
     if args.json:
         print(json.dumps(report))
         return 0
@@ -430,7 +313,7 @@ def cmd_adapt(args) -> int:
     a = report["adaptation"]
     print(f"{a['updates']} updates ({a['rollbacks']} rolled back) on {a['learner']}, "
           f"{a['seconds_per_step']:.1f} s per step, {sum(a['extra_bytes'].values()) / 1e6:.0f} MB extra memory")
-    if dec.predictor is not None:
+    if pair.predictor is not None:
         p = report["predictor"]
         print(f"acceptance head: {p['updates']} updates on {p['examples']} judged draft tokens, loss {p['loss']:.3f}")
     if held:
@@ -441,7 +324,7 @@ def cmd_adapt(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    _quiet_libraries()
+    quiet_libraries()
     from .simulator import run
 
     return run(args)

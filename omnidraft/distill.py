@@ -35,6 +35,7 @@ from . import corpora
 from .atomic import atomic_directory, write_bytes_atomic
 from .errors import OmniDraftError
 from .progress import log
+from .student import make_student
 
 
 @dataclass
@@ -51,41 +52,6 @@ class DistillConfig:
     @property
     def steps(self) -> int:
         return max(1, self.tokens // (self.seq_len * self.batch))
-
-
-def kept_layers(total: int, keep: int) -> list[int]:
-    """Evenly spaced layer indices, always the first and the last."""
-    if not 1 <= keep <= total:
-        raise OmniDraftError(f"--layers must be between 1 and {total}")
-    if keep == 1:
-        return [total - 1]
-    return sorted({round(i * (total - 1) / (keep - 1)) for i in range(keep)})
-
-
-def make_student(teacher, keep: int):
-    """The teacher with only `keep` of its layers (copied), embeddings and head frozen."""
-    from transformers import AutoModelForCausalLM
-
-    config = teacher.config.__class__.from_dict(teacher.config.to_dict())
-    layers = kept_layers(config.num_hidden_layers, keep)
-    config.num_hidden_layers = len(layers)
-    if getattr(config, "layer_types", None):
-        config.layer_types = [config.layer_types[i] for i in layers]
-    student = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    state = {}
-    for name, tensor in teacher.state_dict().items():
-        if ".layers." in name:
-            prefix, rest = name.split(".layers.", 1)
-            idx, tail = rest.split(".", 1)
-            if int(idx) not in layers:
-                continue
-            name = f"{prefix}.layers.{layers.index(int(idx))}.{tail}"
-        state[name] = tensor.clone()
-    student.load_state_dict(state, strict=False)
-    student.tie_weights()
-    student.get_input_embeddings().weight.requires_grad_(False)
-    student.get_output_embeddings().weight.requires_grad_(False)
-    return student, layers
 
 
 def training_windows(tokenizer, config: DistillConfig, world: int = 1) -> torch.Tensor:
@@ -189,7 +155,7 @@ def distill(source_path: Path, out: Path, config: DistillConfig, restart: bool =
     rows cached in teacher_cache, by default beside `out`). head_tokens: also give the student a
     frequency-ranked draft head of that many tokens (draft_head.py).
     """
-    from .draft_head import check_size, write_head
+    from .draft_head import check_size
     from .models import load_model, load_tokenizer
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -221,19 +187,7 @@ def distill(source_path: Path, out: Path, config: DistillConfig, restart: bool =
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) * max(0.1, 1 - s / config.steps))
     ckpt = Path(str(out) + ".ckpt")
-    start_step, history = 0, []
-    if restart and rank == 0 and (ckpt / "state.pt").exists():
-        (ckpt / "state.pt").unlink()
-    if (ckpt / "state.pt").exists():
-        state = torch.load(ckpt / "state.pt", weights_only=False)
-        if state["config"] != asdict(config) or state["teacher"] != described:
-            raise OmniDraftError(f"checkpoint {ckpt} was made with other settings; pass --restart to discard it")
-        student.load_state_dict(state["student"])
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        start_step, history = state["step"], state["history"]
-        if rank == 0:
-            log(f"[omnidraft] resuming distillation at step {start_step}/{config.steps}")
+    start_step, history = _resume(ckpt, student, optimizer, schedule, config, described, restart, rank)
     model = RowLogits(student)
     if ddp:
         model = torch.nn.parallel.DistributedDataParallel(model)
@@ -261,18 +215,10 @@ def distill(source_path: Path, out: Path, config: DistillConfig, restart: bool =
             buf = _state_bytes(student, optimizer, schedule, done, history, config, described)
             write_bytes_atomic(ckpt / "state.pt", buf)
     if rank == 0:
-        student.eval()
-        with atomic_directory(out) as tmp:
-            student.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            (tmp / "omnidraft-drafter.json").write_text(json.dumps({
-                "teacher": described, "base": str(source_path), "layers_kept": layers, "config": asdict(config),
-                "teacher_config": asdict(teacher_config) if target_path is not None else None,
-                "final_loss": sum(history[-10:]) / max(1, len(history[-10:])), "loss_history": history,
-            }, indent=1))
-            if head_tokens:
-                write_head(tmp, tokenizer, head_tokens, config.domains)
-        log(f"[omnidraft] drafter written to {out}")
+        record = {"teacher": described, "base": str(source_path), "layers_kept": layers, "config": asdict(config),
+                  "teacher_config": asdict(teacher_config) if target_path is not None else None,
+                  "final_loss": sum(history[-10:]) / max(1, len(history[-10:])), "loss_history": history}
+        _write_drafter(out, student, tokenizer, record, head_tokens, config.domains)
     if ddp:
         import torch.distributed as dist
 
@@ -281,11 +227,43 @@ def distill(source_path: Path, out: Path, config: DistillConfig, restart: bool =
     return out
 
 
+def _resume(ckpt: Path, student, optimizer, schedule, config: DistillConfig, described: str, restart: bool,
+            rank: int) -> tuple[int, list[float]]:
+    """(first step, loss history) from the run's checkpoint, if one of the same settings exists (else a fresh start)."""
+    if restart and rank == 0 and (ckpt / "state.pt").exists():
+        (ckpt / "state.pt").unlink()
+    if not (ckpt / "state.pt").exists():
+        return 0, []
+    state = torch.load(ckpt / "state.pt", weights_only=False)
+    if state["config"] != asdict(config) or state["teacher"] != described:
+        raise OmniDraftError(f"checkpoint {ckpt} was made with other settings; pass --restart to discard it")
+    student.load_state_dict(state["student"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    if rank == 0:
+        log(f"[omnidraft] resuming distillation at step {state['step']}/{config.steps}")
+    return state["step"], state["history"]
+
+
+def _write_drafter(out: Path, student, tokenizer, record: dict, head_tokens: int, domains) -> None:
+    """The trained student as a checkpoint folder (atomically), with its record and, if asked, its draft head."""
+    from .draft_head import write_head
+
+    student.eval()
+    with atomic_directory(out) as tmp:
+        student.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "omnidraft-drafter.json").write_text(json.dumps(record, indent=1))
+        if head_tokens:
+            write_head(tmp, tokenizer, head_tokens, domains)
+    log(f"[omnidraft] drafter written to {out}")
+
+
 def _target_teacher(source_path, target_path, cache_dir: Path, config: DistillConfig, teacher_config, restart: bool,
                     rank: int, world: int) -> RecordTeacher:
     """Records for every window of the run, from the cache (made here for what is missing)."""
     from .adaptation.examples import Mapping
-    from .adaptation.online import AdaptConfig
+    from .adaptation.loss import LAMBDA
     from .models import load_model, load_tokenizer, load_vocab
     from .runtime.bridge import VocabBridge
     from .teacher import TargetTeacher, TeacherCache, build_records, identity, load_records, teacher_texts
@@ -308,7 +286,7 @@ def _target_teacher(source_path, target_path, cache_dir: Path, config: DistillCo
         import torch.distributed as dist
 
         dist.barrier()
-    return RecordTeacher(load_records(cache, n_windows), Mapping.from_bridge(bridge), AdaptConfig().lam)
+    return RecordTeacher(load_records(cache, n_windows), Mapping.from_bridge(bridge), LAMBDA)
 
 
 def _state_bytes(student, optimizer, schedule, step, history, config, teacher: str) -> bytes:

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import write_bytes_atomic
-from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer, resolve_model_path
+from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer
+from .catalog import resolve_model_path
 from .runtime.bridge import VocabBridge
 from .runtime.ngram_cache import NGramCache
 from .runtime.sampling import Sampler

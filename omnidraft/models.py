@@ -19,10 +19,7 @@ from pathlib import Path
 from .atomic import atomic_directory
 from .errors import OmniDraftError
 from .progress import log, stage
-
-
-def omnidraft_home() -> Path:
-    return Path(os.environ.get("OMNIDRAFT_HOME", Path.home() / ".cache" / "omnidraft"))
+from .state import omnidraft_home
 
 
 @dataclass(frozen=True)
@@ -104,38 +101,6 @@ def prepare_default_model(model: DefaultModel) -> Path:
                 json.dumps({"name": model.name, "package": model.package, "gguf": gguf.name}, indent=1)
             )
     return out
-
-
-def resolve_model_path(spec: str | None, default: DefaultModel) -> Path:
-    """Map a --target/--drafter value to a checkpoint folder, preparing defaults on demand."""
-    if spec is None or spec in DEFAULT_MODELS:
-        return prepare_default_model(DEFAULT_MODELS[spec] if spec else default)
-    if spec == "small":  # the shipped small drafter (small_drafter.py), assembled on first use
-        from .small_drafter import assemble
-
-        return assemble()
-    path = Path(spec).expanduser()
-    if not path.exists():
-        raise OmniDraftError(f"model path does not exist: {path}")
-    if not (path / "config.json").is_file():
-        raise OmniDraftError(f"not a Hugging Face checkpoint folder (no config.json): {path}")
-    check_architecture(path)
-    return path
-
-
-def resolve_pair_paths(target: str | None, drafter: str | None) -> tuple[Path, Path]:
-    """The (target, drafter) folders of a pair. With no drafter named, the default target gets the shipped
-    small drafter (the target taught it: fastest on ExecuTorch, benchmarks/README.md "Which drafter by
-    default") and any other target SmolLM2-135M-Instruct, which was not taught by it. A damaged or missing
-    small drafter is then a warning and SmolLM2 drafts; asked for by name, it is an error."""
-    target_path = resolve_model_path(target, DEFAULT_TARGET)
-    if drafter is not None or target not in (None, DEFAULT_TARGET.name):
-        return target_path, resolve_model_path(drafter, DEFAULT_DRAFTER)
-    try:
-        return target_path, resolve_model_path("small", DEFAULT_DRAFTER)
-    except OmniDraftError as e:
-        log(f"[omnidraft] warning: the shipped small drafter is not usable ({e}); drafting with {DEFAULT_DRAFTER.name}")
-        return target_path, resolve_model_path(None, DEFAULT_DRAFTER)
 
 
 def check_architecture(path: Path) -> None:

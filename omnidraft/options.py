@@ -189,17 +189,17 @@ def generation_config(args, pair, chat: bool, **fields):
                             **pair.draft, **fields)
 
 
-def timing_parts(stats: dict) -> list[str]:
+def timing_parts(stats) -> list[str]:
     """['target step 94 ms', 'verify 120 ms', 'drafter step 60 ms (c 0.64)']: what the pair costs here (medians)."""
-    t = stats.get("timings") or {}
-    parts = [f"{label} {t[key]:.0f} ms" for key, label in (("target_step_ms", "target step"),
-             ("target_verify_ms", "verify"), ("drafter_step_ms", "drafter step")) if t.get(key) is not None]
-    if t.get("cost_ratio_c") is not None:
-        parts[-1] += f" (c {t['cost_ratio_c']:.2f})"
+    t = stats.timings
+    parts = [f"{label} {ms:.0f} ms" for ms, label in ((t.target_step_ms, "target step"), (t.target_verify_ms, "verify"),
+                                                     (t.drafter_step_ms, "drafter step")) if ms is not None]
+    if t.cost_ratio_c is not None:
+        parts[-1] += f" (c {t.cost_ratio_c:.2f})"
     return parts
 
 
-def proposal_summary(stats: dict) -> str:
+def proposal_summary(stats) -> str:
     """'lookup 12/15, drafter 3/8': accepted/proposed tokens per proposer."""
-    parts = [f"{source} {c['accepted']}/{c['proposed']}" for source, c in stats.get("proposals", {}).items()]
+    parts = [f"{source} {c.accepted}/{c.proposed}" for source, c in sorted(stats.by_source.items())]
     return ", ".join(parts) or "none"

@@ -16,13 +16,18 @@ from pathlib import Path
 
 from . import state
 from .draft_head import apply_draft_head
+from .chat import encode_chat, eos_ids
+from .adaptation.learners import learner_for, training_section
 from .errors import OmniDraftError
-from .models import DEFAULT_TARGET, load_model, load_vocab, resolve_model_path, resolve_pair_paths
+from .models import DEFAULT_TARGET, load_model, load_vocab
+from .catalog import resolve_model_path, resolve_pair_paths
 from .progress import log
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
 from .runtime.decoding import SpeculativeDecoder
 from .runtime.drafting import DraftModel
-from .runtime.hybrid import Hybrid
+from .runtime.bridge import VocabBridge
+from .runtime.hybrid import Hybrid, measurements
+from .runtime.lookup_proposer import LookupProposer
 from .runtime.ngram_cache import CacheFileError, NGramCache, load_or_fresh
 from .runtime.runner import EagerRunner
 from .runtime.vocab import Vocab
@@ -31,20 +36,6 @@ from .runtime.vocab import Vocab
 # the drafter alone, or lookup alone (no drafter model is loaded).
 PROPOSERS = ("hybrid", "drafter", "lookup")
 BACKENDS = ("eager", "executorch", "onnxruntime")
-
-# Gemma 3's turn format, for Gemma checkpoints whose tokenizer ships no chat template
-# (the GGUF of the base 270M model has none).
-GEMMA_TURN = "<start_of_turn>{role}\n{content}<end_of_turn>\n"
-
-
-def eos_ids(tokenizer, chat: bool = False) -> frozenset[int]:
-    """Target ids that end generation: EOS, and in a chat also the end-of-turn token."""
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    if chat:
-        vocab = tokenizer.get_vocab()
-        ids |= {vocab[end] for end in ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>") if end in vocab}
-    return frozenset(ids)
-
 
 @dataclass
 class PairOptions:
@@ -76,17 +67,45 @@ class PairOptions:
 
 @dataclass
 class Pair:
+    """What open_pair assembled: the decoder, and the parts of it the caller may need by name (each None when
+    absent), with where each piece of learned state is saved (None: not saved)."""
+
     decoder: SpeculativeDecoder
     target_name: str
     drafter_name: str | None
     target_vocab: Vocab
     bundle: object = None  # the loaded Bundle when running exported graphs
     draft: dict = field(default_factory=dict)  # GenerationConfig's draft-length fields, resolved for this pair
-    cache_path: Path | None = None  # where each piece of learned state is saved (None: not saved)
+    drafting: DraftModel | None = None  # the drafter as a proposer (alone, or inside the hybrid)
+    lookup: LookupProposer | None = None
+    hybrid: Hybrid | None = None
+    adapter: object = None  # the OnlineAdapter training the drafter, or None
+    cache_path: Path | None = None
     predictor_path: Path | None = None
     adapter_path: Path | None = None
     history_path: Path | None = None
     costs_path: Path | None = None
+
+    @property
+    def drafter(self):
+        """The drafter's runner, or None."""
+        return self.drafting.drafter if self.drafting is not None else None
+
+    @property
+    def bridge(self) -> VocabBridge | None:
+        return self.drafting.bridge if self.drafting is not None else None
+
+    @property
+    def ngram_cache(self):
+        return self.drafting.ngram_cache if self.drafting is not None else None
+
+    @property
+    def predictor(self):
+        return self.drafting.predictor if self.drafting is not None else None
+
+    @property
+    def cross_vocab(self) -> bool:
+        return self.drafting is not None and self.drafting.cross_vocab
 
     def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
         if not text.strip():
@@ -96,30 +115,8 @@ class Pair:
         return self.target_vocab.tokenizer.encode(text, add_special_tokens=True)
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
-        """A conversation (roles user/assistant) in the target's chat format, ready for its reply.
-
-        Control tokens come only from the template: each message's text is tokenized as text,
-        so a message that contains e.g. "<end_of_turn>" cannot forge a turn boundary.
-        """
-        tok = self.target_vocab.tokenizer
-        marks = [f"\ue000{i}\ue001" for i in range(len(messages))]  # private-use placeholders
-        shell = [{"role": m["role"], "content": mark} for m, mark in zip(messages, marks)]
-        if getattr(tok, "chat_template", None):
-            rendered = tok.apply_chat_template(shell, tokenize=False, add_generation_prompt=True)
-            ids = []
-        elif "<start_of_turn>" in tok.get_vocab():
-            rendered = "".join(GEMMA_TURN.format(role="model" if m["role"] == "assistant" else "user",
-                                                 content=m["content"]) for m in shell) + "<start_of_turn>model\n"
-            ids = [tok.bos_token_id] if tok.bos_token_id is not None else []
-        else:
-            raise OmniDraftError(f"target {self.target_name} has no chat template; drop --chat")
-        start = 0
-        for message, mark in zip(messages, marks):
-            at = rendered.index(mark, start)
-            ids += tok.encode(rendered[start:at], add_special_tokens=False)  # the template's own control tokens
-            ids += tok.encode(message["content"], add_special_tokens=False, split_special_tokens=True)
-            start = at + len(mark)
-        return ids + tok.encode(rendered[start:], add_special_tokens=False)
+        """A conversation (roles user/assistant) in the target's chat format, ready for its reply (chat.py)."""
+        return encode_chat(self.target_vocab.tokenizer, messages, self.target_name)
 
     def eos_ids(self, chat: bool = False) -> frozenset[int]:
         return eos_ids(self.target_vocab.tokenizer, chat)
@@ -128,11 +125,10 @@ class Pair:
         """Save what the pair learned online (n-gram cache, acceptance head, lookup history); warn, never fail."""
         from .lookup_history import save_lookup
 
-        lookup = self.decoder.lookup
+        lookup, hybrid = self.lookup, self.hybrid
         tv = self.target_vocab
-        hybrid = self.decoder.proposer if isinstance(self.decoder.proposer, Hybrid) else None
-        for what, item, path in (("n-gram cache", self.decoder.ngram_cache, self.cache_path),
-                                 ("acceptance head", self.decoder.predictor, self.predictor_path),
+        for what, item, path in (("n-gram cache", self.ngram_cache, self.cache_path),
+                                 ("acceptance head", self.predictor, self.predictor_path),
                                  ("lookup history", lookup, self.history_path),
                                  ("measured costs", hybrid, self.costs_path)):
             if item is None or path is None:
@@ -146,7 +142,7 @@ class Pair:
                     from .atomic import write_bytes_atomic
 
                     write_bytes_atomic(path, json.dumps(hybrid.state()).encode())
-                elif item is self.decoder.ngram_cache:
+                elif item is self.ngram_cache:
                     item.save(path, self.vocab_sizes())
                 else:
                     item.save(path)
@@ -157,7 +153,7 @@ class Pair:
 
     def vocab_sizes(self) -> tuple[int, int] | None:
         """(drafter, target) vocabulary sizes: the range of ids a state file may hold."""
-        bridge = self.decoder.bridge
+        bridge = self.bridge
         return (len(bridge.draft), len(bridge.target)) if bridge is not None else None
 
 
@@ -196,41 +192,45 @@ def open_pair(o: PairOptions) -> Pair:
     if not o.speculative:
         return pair
     pair.draft = _draft_options(o, drafter, bundle)
-    drafting = None
     if drafter is not None:
-        drafting = DraftModel.between(target, target_vocab, drafter, draft_vocab)
+        bridge = VocabBridge(draft_vocab.padded(drafter.vocab_size), pair.target_vocab)
         seed = bundle.root / bundle.manifest.ngram_cache if bundle and bundle.manifest.ngram_cache else None
-        drafting.ngram_cache, pair.cache_path = _open_cache(drafting.bridge, drafter_name, target_name, o, seed)
+        cache, pair.cache_path = _open_cache(bridge, drafter_name, target_name, o, seed)
+        predictor = None
         if pair.draft["draft_policy"] == "auto":
-            drafting.predictor, pair.predictor_path = _open_predictor(drafting, drafter_name, target_name, o)
-    lookup = None
+            predictor, pair.predictor_path = _open_predictor(drafter.head, bridge, drafter_name, target_name, o)
+        pair.drafting = DraftModel(drafter, bridge, cache, predictor)
     if o.proposer != "drafter":
         from .lookup_history import open_lookup
 
         fp = pair.target_vocab.fingerprint
         pair.history_path = state.history_path(target_name, fp, o.profile) if o.use_history else None
-        lookup = open_lookup(pair.history_path, fp, len(pair.target_vocab), o.history_tokens, log, o.reset)
-    adapter = None
+        pair.lookup = open_lookup(pair.history_path, fp, len(pair.target_vocab), o.history_tokens, log, o.reset)
     if o.adapt is not None:
-        adapter, pair.adapter_path = _open_adapter(pair, drafting, o)
-    proposer = drafting if o.proposer == "drafter" else Hybrid(lookup, drafting)
-    if o.proposer == "hybrid" and drafting is not None:
-        pair.costs_path = state.costs_path(target_name, drafter_name, f"{target.backend}-{drafter.backend}")
-        _load_costs(proposer, pair.costs_path)
-    pair.decoder = SpeculativeDecoder(target, target_vocab, proposer, adapter)
+        pair.adapter, pair.adapter_path = _open_adapter(pair, pair.drafting, o)
+    if o.proposer == "drafter":
+        proposer = pair.drafting
+    else:
+        proposer = pair.hybrid = Hybrid(pair.lookup, pair.drafting, *_load_costs(pair, target, drafter))
+    pair.decoder = SpeculativeDecoder(target, target_vocab, proposer, pair.adapter)
     return pair
 
 
-def _load_costs(hybrid: Hybrid, path: Path) -> None:
-    """What the hybrid measured in earlier runs on this machine (a damaged file is set aside)."""
+def _load_costs(pair: Pair, target, drafter) -> tuple:
+    """(costs, drafter rounds) the hybrid measured on this machine in earlier runs, or (None, None): fresh
+    (a damaged or implausible file is set aside)."""
     import json
 
+    if pair.drafting is None:
+        return None, None
+    pair.costs_path = path = state.costs_path(pair.target_name, pair.drafter_name, f"{target.backend}-{drafter.backend}")
     if not path.exists():
-        return
+        return None, None
     try:
-        hybrid.load_state(json.loads(path.read_bytes()))
+        return measurements(json.loads(path.read_bytes()))
     except (OSError, ValueError, KeyError, TypeError) as e:
         state.set_aside(path, "bad", f"costs file {path.name} is unreadable or damaged ({e}); measuring afresh", log)
+        return None, None
 
 
 def _clean_state_folders() -> None:
@@ -275,7 +275,7 @@ def _bundle_models(o: PairOptions, with_drafter: bool):
         return target, vocabs["target"], names["target"], None, None, None, bundle
     drafter_backend = o.drafter_backend or o.backend
     if o.adapt is not None or o.lora_drafter:
-        _training_section(bundle, drafter_backend)
+        training_section(bundle, drafter_backend)
         drafter = open_runner(bundle, "drafter", drafter_backend, o.threads, graph="executorch_lora")
     else:
         drafter = open_runner(bundle, "drafter", drafter_backend, o.threads)
@@ -315,12 +315,12 @@ def _open_cache(bridge, drafter_name, target_name, o: PairOptions, seed_file=Non
         return NGramCache(pair_id, size), path
 
 
-def _open_predictor(drafting: DraftModel, drafter_name, target_name, o: PairOptions):
+def _open_predictor(head, bridge: VocabBridge, drafter_name, target_name, o: PairOptions):
     """The acceptance head's online trainer (for --draft-len auto), resumed from the profile's file."""
     from .adaptation.predictor import AcceptancePredictor
 
-    predictor = AcceptancePredictor(drafting.drafter.head, o.predictor)
-    path = state.head_path(drafter_name, target_name, drafting.bridge.pair_id, o.profile)
+    predictor = AcceptancePredictor(head, o.predictor)
+    path = state.head_path(drafter_name, target_name, bridge.pair_id, o.profile)
     if path.exists() and o.reset:
         state.set_aside(path, "reset", "adaptation reset: starting a fresh acceptance head", log)
     elif path.exists():
@@ -338,7 +338,7 @@ def _open_adapter(pair: Pair, drafting: DraftModel, o: PairOptions):
 
     config = o.adapt
     if pair.bundle is not None and drafting.drafter is not None:
-        training = _training_section(pair.bundle, drafting.drafter.backend)
+        training = training_section(pair.bundle, drafting.drafter.backend)
         config = replace(config, batch=int(training["batch"]), window=int(training["window"]))
     learner = learner_for(pair.bundle, drafting, config)
     path = state.adapter_path(pair.drafter_name, pair.target_name, drafting.bridge.pair_id, o.profile)
@@ -347,59 +347,6 @@ def _open_adapter(pair: Pair, drafting: DraftModel, o: PairOptions):
         return attach(learner, drafting.bridge, config, path, meta, o.reset, warn=log), path
     except ValueError as e:
         raise OmniDraftError(str(e)) from None
-
-
-def learner_for(bundle, drafting: DraftModel, config, init=None):
-    """What an OnlineAdapter trains: the eager drafter model, or the bundle's ExecuTorch training program.
-
-    `init`: LoRA tensors by name for the ExecuTorch learner to start from (default: the program's own)."""
-    drafter = drafting.drafter if drafting is not None else None
-    if drafter is None:
-        raise OmniDraftError("adaptation needs a drafter (drop --no-speculation)")
-    if bundle is not None:
-        return _executorch_learner(bundle, drafting, config, init)
-    if drafter.backend == "eager":
-        return drafter.model
-    raise OmniDraftError(f"adaptation runs on the eager or executorch backend, not {drafter.backend}")
-
-
-def lora_input_names(bundle, backend: str = "executorch") -> list[str]:
-    """The drafter's LoRA tensors in the order the bundle's programs take them."""
-    return [name for name, _shape in _training_section(bundle, backend)["lora_inputs"]]
-
-
-def _executorch_learner(bundle, drafting: DraftModel, config, init=None):
-    from .adaptation.examples import Mapping
-    from .adaptation.learners import ExecuTorchLearner
-
-    drafter = drafting.drafter
-    training = _training_section(bundle, drafter.backend)
-    graphs = bundle.model("drafter").graphs
-    names = lora_input_names(bundle, drafter.backend)
-    n_mapped = len(Mapping.from_bridge(drafting.bridge))
-    if n_mapped != training["mapped"]:
-        raise OmniDraftError("the bundle's training graph was exported for another vocabulary mapping")
-    if config.batch > training["batch"]:
-        raise OmniDraftError(f"the bundle's training program takes at most {training['batch']} examples per step, "
-                             f"not {config.batch}: re-export with --train-batch {config.batch}")
-    try:
-        return ExecuTorchLearner(bundle.root / graphs["executorch_train"], names, int(training["window"]),
-                                 int(training["batch"]), n_mapped, config.lr, drafter, init, config.warmup)
-    except Exception as e:  # noqa: BLE001 - a damaged or foreign program is a user problem
-        raise OmniDraftError(f"cannot load the bundle's training program: {str(e).splitlines()[0][:200]}") from e
-
-
-def _training_section(bundle, backend: str) -> dict:
-    """The bundle's training programs' description; on-device adaptation needs it, on ExecuTorch."""
-    training = bundle.manifest.training
-    if not training:
-        raise OmniDraftError("--adapt needs a bundle exported --with-training (its LoRA training program)")
-    if backend != "executorch":
-        raise OmniDraftError("on-device adaptation runs on --backend executorch (its training program)")
-    if "update" not in training:
-        raise OmniDraftError("the bundle's training program is of an older format (version 3, SGD through ExecuTorch's "
-                             "training API): re-export it with --with-training")
-    return training
 
 
 def open_runner(bundle, role: str, backend: str, threads: int | None, graph: str | None = None):

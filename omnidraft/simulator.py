@@ -64,8 +64,11 @@ class Simulator:
         turn = {"start_s": turn_start, "text": text, "stop_reason": stop, "prompt_tokens": len(ids),
                 "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
         if stats:
-            turn.update({k: v for k, v in stats.items() if k != "accepted_length_histogram"})
-            turn["accepted_length_histogram"] = stats["accepted_length_histogram"]
+            from .options import proposal_summary, timing_parts
+
+            turn.update(stats.to_json())
+            turn["rounds"] = stats.rounds
+            turn["summary"] = {"proposals": proposal_summary(stats), "timings": timing_parts(stats)}
         self.turns.append(turn)
         self.pair.save_cache()
         return turn
@@ -73,15 +76,14 @@ class Simulator:
     def status_line(self, turn: dict) -> str:
         if "tokens_per_s" not in turn:
             return f"[turn interrupted | RSS {turn['rss_mb']:.0f} MB]"
-        cache = self.pair.decoder.ngram_cache
+        cache = self.pair.ngram_cache
         adapted = turn.get("adaptation")
         lora = f" | LoRA updates {adapted['updates']} ({adapted['rollbacks']} rolled back)" if adapted else ""
-        from .options import proposal_summary, timing_parts
-
+        summary = turn["summary"]
         return (
             f"[{turn['tokens_per_s']:.1f} tok/s | {turn['tokens_per_target_call']:.2f} tok/call | "
-            f"acceptance {turn['acceptance_rate']:.2f} ({proposal_summary(turn)}) | "
-            + "".join(f"{t} | " for t in timing_parts(turn)) +
+            f"acceptance {turn['acceptance_rate']:.2f} ({summary['proposals']}) | "
+            + "".join(f"{t} | " for t in summary["timings"]) +
             f"n-gram cache {len(cache) if cache else 0}{lora} | "
             f"RSS {turn['rss_mb']:.0f} MB (peak {turn['peak_rss_mb']:.0f})]"
         )
@@ -94,7 +96,7 @@ class Simulator:
             "target": self.pair.target_name,
             "drafter": self.pair.drafter_name,
             "backend": "onnxruntime",
-            "drafter_backend": self.pair.decoder.drafter.backend if self.pair.decoder.drafter else None,
+            "drafter_backend": self.pair.drafter.backend if self.pair.drafter else None,
             "adapter": str(self.pair.adapter_path) if self.pair.adapter_path else None,
             "rss_after_load_mb": self.rss_after_load,
             "rss_steady_mb": rss_mb(),

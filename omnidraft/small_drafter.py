@@ -21,7 +21,8 @@ from pathlib import Path
 
 from .atomic import atomic_directory
 from .errors import OmniDraftError
-from .models import DEFAULT_DRAFTER, default_model_dir, omnidraft_home, prepare_default_model
+from .models import DEFAULT_DRAFTER, default_model_dir, prepare_default_model
+from .state import omnidraft_home
 from .progress import log, stage
 
 NAME = "small"
@@ -66,7 +67,7 @@ def assemble(shipped: Path | None = None, out: Path | None = None) -> Path:
     import torch
     from safetensors.torch import load_file
 
-    from .distill import make_student
+    from .student import make_student
     from .models import load_model, load_tokenizer
 
     delta_path = shipped / DELTA
@@ -106,7 +107,7 @@ def write_delta(trained: Path, command: str, shipped: Path = SHIPPED, measured: 
     import torch
     from safetensors.torch import save_file
 
-    from .distill import make_student
+    from .student import make_student
     from .models import load_model
 
     info = json.loads((trained / "omnidraft-drafter.json").read_text())

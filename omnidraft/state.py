@@ -21,7 +21,11 @@ import os
 import time
 from pathlib import Path
 
-from .models import omnidraft_home
+
+
+def omnidraft_home() -> Path:
+    """Where models, bundles and every piece of learned state live ($OMNIDRAFT_HOME, default ~/.cache/omnidraft)."""
+    return Path(os.environ.get("OMNIDRAFT_HOME", Path.home() / ".cache" / "omnidraft"))
 
 
 def ngram_path(drafter: str, target: str, pair_id: str) -> Path:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .atomic import atomic_directory
 from .errors import OmniDraftError
-from .models import omnidraft_home
+from .state import omnidraft_home
 from .progress import stage
 
 SDIST = "llama-cpp-python==0.3.36"
@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="the vocabulary bridge between the default drafter and each family")
     ap.parse_args(argv)
     from .corpora import DOMAINS, prompts
-    from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer, resolve_model_path
+    from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer
+    from .catalog import resolve_model_path
     from .runtime.vocab import Vocab
 
     try:

@@ -20,7 +20,9 @@ import pytest
 import torch
 
 from omnidraft.draft_head import write_head
-from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer, omnidraft_home, resolve_model_path
+from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer
+from omnidraft.state import omnidraft_home
+from omnidraft.catalog import resolve_model_path
 from omnidraft.runtime.runner import EagerRunner
 from omnidraft.runtime.vocab import Vocab
 
@@ -190,8 +192,9 @@ def sample_law(dec, prompt, n: int, runs: int, **config) -> tuple[dict, dict]:
         got = dec.generate(prompt, GenerationConfig(max_new_tokens=n, sampler=Sampler(1.0), seed=seed, **config))
         key = tuple(got.token_ids)
         counts[key] = counts.get(key, 0) + 1
-        for name in totals:
-            totals[name] += got.stats[name]
+        totals["accepted"] += got.stats.accepted
+        totals["drafted"] += got.stats.drafted
+        totals["ngram_cache_hits"] += got.stats.drafter.ngram_hits
     totals["acceptance"] = totals["accepted"] / max(totals["drafted"], 1)
     return counts, totals
 

@@ -185,12 +185,12 @@ def test_adapting_never_changes_greedy_output(tiny_target_model, drafter_path, t
     for i in range(3):
         got = dec.generate(ids, GenerationConfig(max_new_tokens=20, draft_len=3))
         assert got.token_ids == want.token_ids
-        assert got.stats["adaptation"]["examples"] == i + 1
+        assert got.stats.adaptation["examples"] == i + 1
     assert dec.adapter.stats.updates >= 2 and path.exists()
     # A restarted process resumes the same adapter.
     saved = {n: p.clone() for n, p in lora_parameters(drafter.model).items()}
     fresh = EagerRunner(tiny_model(drafter_path, seed=2), 512)
-    resumed = attach(fresh.model, dec.bridge, AdaptConfig(every=1, lr=1e-2, guard=False), path, {}, False, print)
+    resumed = attach(fresh.model, drafting.bridge, AdaptConfig(every=1, lr=1e-2, guard=False), path, {}, False, print)
     assert resumed.stats.updates == dec.adapter.stats.updates
     for n, p in lora_parameters(fresh.model).items():
         torch.testing.assert_close(p, saved[n], rtol=0, atol=0)

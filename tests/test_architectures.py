@@ -91,7 +91,7 @@ def test_family_decodes_exactly(family, backend, tiny_drafter, draft_vocab):
         prompt, GenerationConfig(max_new_tokens=NEW_TOKENS, speculative=False))
     dec = SpeculativeDecoder.with_drafter(target, draft_vocab, tiny_drafter, draft_vocab)
     got = dec.generate(prompt, GenerationConfig(max_new_tokens=NEW_TOKENS, draft_len=MAX_DRAFT))
-    assert got.stats["drafted"] > 0 and got.token_ids == base.token_ids
+    assert got.stats.drafted > 0 and got.token_ids == base.token_ids
 
 
 def test_family_target_graph_verifies_bit_for_bit(family):

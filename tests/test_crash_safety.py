@@ -55,7 +55,8 @@ from pathlib import Path
 import torch
 from omnidraft.adaptation.lora import lora_parameters
 from omnidraft.adaptation.online import AdaptConfig, attach
-from omnidraft.models import DEFAULT_DRAFTER, load_tokenizer, resolve_model_path
+from omnidraft.models import DEFAULT_DRAFTER, load_tokenizer
+from omnidraft.catalog import resolve_model_path
 from omnidraft.runtime.bridge import VocabBridge
 from omnidraft.runtime.vocab import Vocab
 from tests.conftest import tiny_model
@@ -122,7 +123,7 @@ def test_unwritable_state_folder_still_generates(tmp_path, monkeypatch, tiny_tar
     dec = SpeculativeDecoder.with_drafter(tiny_target, target_vocab, tiny_drafter, draft_vocab, ngram_cache=True)
     blocker = tmp_path / "state"
     blocker.write_text("a file where the state folder should be")  # fails even for root
-    pair = Pair(dec, "t", "d", dec.target_vocab, cache_path=blocker / "ngram" / "cache.json")
+    pair = Pair(dec, "t", "d", dec.target_vocab, drafting=dec.proposer, cache_path=blocker / "ngram" / "cache.json")
     result = dec.generate(target_vocab.tokenizer.encode("Hello"), GenerationConfig(max_new_tokens=5))
     assert len(result.token_ids) == 5
     messages = []
@@ -153,12 +154,13 @@ def test_full_disk_save_warns_and_keeps_old_file(tmp_path, monkeypatch):
     from omnidraft.adaptation.predictor import AcceptancePredictor
     from omnidraft.runtime.acceptance import AcceptanceHead
 
-    class _Decoder:  # Pair.save_cache only reads what the pair learned online
+    class _Drafting:  # Pair.save_cache only reads what the drafter learned online
         ngram_cache = cache
         predictor = AcceptancePredictor(AcceptanceHead.initial(6))
-        lookup = bridge = proposer = None
+        bridge = None
 
-    Pair(_Decoder(), "t", "d", None, cache_path=path, predictor_path=tmp_path / "head.npz").save_cache()
+    Pair(None, "t", "d", None, drafting=_Drafting(), cache_path=path,
+         predictor_path=tmp_path / "head.npz").save_cache()
     assert path.read_bytes() == before
     assert len(messages) == 2 and all("No space left on device" in m for m in messages)
     assert "acceptance head" in messages[1]
@@ -181,6 +183,7 @@ def test_soak_command_reports_memory_cache_rollbacks_and_acceptance(tmp_path, ti
          "--target", str(tiny_checkpoints["target"]), "--drafter", str(tiny_checkpoints["drafter"])],
         capture_output=True, text=True, timeout=HANG_GUARD_SECONDS, env={**os.environ, "OMNIDRAFT_HOME": str(tmp_path)})
     assert proc.returncode in (0, 1), proc.stderr[-2000:]  # 1: a check failed (reported, not a crash)
+    assert (tmp_path / "soak" / "results.json").exists(), proc.stdout[-1500:] + proc.stderr[-2500:]
     r = json.loads((tmp_path / "soak" / "results.json").read_text())
     assert [w["generations"] for w in r["windows"]] == [2, 4]
     for w in r["windows"]:

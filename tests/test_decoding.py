@@ -38,8 +38,8 @@ def test_greedy_cross_vocab_equals_target_only(prompt, draft_len, tiny_target, t
         got = dec.generate(ids, GenerationConfig(max_new_tokens=24, draft_len=draft_len, strict_sampling=strict))
         assert got.token_ids == want.token_ids
         assert got.text == want.text
-        assert got.stats["drafted"] > 0 and got.stats["accepted"] <= got.stats["drafted"]
-    assert dec.cross_vocab
+        assert got.stats.drafted > 0 and got.stats.accepted <= got.stats.drafted
+    assert dec.proposer.cross_vocab
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -51,12 +51,12 @@ def test_greedy_same_vocab_equals_target_only(prompt, drafter_path, draft_vocab)
     twin = EagerRunner(tiny_model(drafter_path, seed=3), 128)  # the target's own weights
     for drafter, full in ((other, False), (twin, True)):
         dec = SpeculativeDecoder.with_drafter(target, draft_vocab, drafter, draft_vocab)
-        assert not dec.cross_vocab
+        assert not dec.proposer.cross_vocab
         got = dec.generate(ids, GenerationConfig(max_new_tokens=20, draft_len=4))
         assert got.token_ids == want.token_ids
         if full:  # a perfect drafter: every proposal accepted, 5 tokens per target call
-            assert got.stats["accepted"] == got.stats["drafted"]
-            assert got.stats["target_calls"] == 4
+            assert got.stats.accepted == got.stats.drafted
+            assert got.stats.target_calls == 4
 
 
 def test_stop_conditions(tiny_target, tiny_drafter, target_vocab, draft_vocab):
@@ -121,7 +121,7 @@ def test_strict_sampling_cross_vocab_reproduces_target_distribution():
     draft_table[:3, :3] = target_table[:3, :3] + rng.normal(0, 1.0, size=(3, 3))
     draft_table[3] = draft_table[2]
     dec = letters_cross_pair(target_table, draft_table)
-    assert dec.cross_vocab
+    assert dec.proposer.cross_vocab
     _, default = sample_law(dec, [0], n, 200, draft_len=2)
     assert default["ngram_cache_hits"] > 0  # without strict mode this pair merges draft runs
     counts, strict = sample_law(dec, [0], n, runs, draft_len=2, strict_sampling=True)
@@ -136,7 +136,7 @@ def test_prefix_reuse_across_calls_is_exact(tiny_target, tiny_drafter, target_vo
     first = dec.generate(ids, GenerationConfig(max_new_tokens=10))
     follow = ids + first.token_ids + target_vocab.tokenizer.encode(" and then", add_special_tokens=False)
     got = dec.generate(follow, GenerationConfig(max_new_tokens=12))
-    assert got.stats["prompt_tokens_reused"] >= len(ids)
+    assert got.stats.prompt_tokens_reused >= len(ids)
     assert got.token_ids == baseline(tiny_target, target_vocab, follow, 12).token_ids
     other = dec.generate(ids[:3] + [7, 8, 9], GenerationConfig(max_new_tokens=5))  # diverges early
     assert other.token_ids == baseline(tiny_target, target_vocab, ids[:3] + [7, 8, 9], 5).token_ids

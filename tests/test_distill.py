@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from omnidraft.distill import DistillConfig, distill, kept_layers, make_student
+from omnidraft.distill import DistillConfig, distill
+from omnidraft.student import kept_layers, make_student
 from omnidraft.errors import OmniDraftError
 
 from .conftest import HANG_GUARD_SECONDS, tiny_model

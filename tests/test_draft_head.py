@@ -73,14 +73,14 @@ def test_head_file_round_trip_and_bad_files(tmp_path, drafter_path):
 def test_drafts_come_from_the_head_and_decoding_stays_exact(tiny_checkpoints):
     drafter_dir = tiny_checkpoints["drafter"]
     pair = build_eager_pair(str(tiny_checkpoints["target"]), str(drafter_dir), max_context=128, use_ngram_cache=False)
-    drafter = pair.decoder.drafter
+    drafter = pair.drafter
     assert isinstance(drafter.model.get_output_embeddings(), SubsetHead)
     allowed = set(read_head(drafter_dir, drafter.vocab_size))
     ids = pair.encode_prompt("The quick brown fox")
     base = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=24, speculative=False))
     got = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=24, draft_len=4))
-    assert got.token_ids == base.token_ids and got.stats["drafted"] > 0
-    logits = drafter.forward(pair.decoder.bridge.draft_prompt(ids), 0, 4)
+    assert got.token_ids == base.token_ids and got.stats.drafted > 0
+    logits = drafter.forward(pair.bridge.draft_prompt(ids), 0, 4)
     assert set(np.flatnonzero(np.isfinite(logits).all(0))) == allowed
     # sampling from those logits never leaves the head
     rng = np.random.default_rng(0)

@@ -129,9 +129,9 @@ def test_greedy_output_is_exact_with_adaptive_draft_length(policy, tiny_target, 
     for gamma in (0.2, 0.9):
         got = dec.generate(ids, GenerationConfig(max_new_tokens=24, draft_policy=policy, max_draft_len=6, gamma=gamma))
         assert got.token_ids == want.token_ids
-        assert got.stats["mean_draft_len"] <= 6
-        mean_len[gamma] = got.stats["mean_draft_len"]
-    assert dec.predictor.updates == 2 and dec.predictor.seen > 0
+        assert got.stats.mean_draft_len <= 6
+        mean_len[gamma] = got.stats.mean_draft_len
+    assert dec.proposer.predictor.updates == 2 and dec.proposer.predictor.seen > 0
     if policy == "auto":  # a larger gamma tolerates more risk: longer drafts
         assert mean_len[0.9] >= mean_len[0.2]
 
@@ -154,8 +154,8 @@ def test_same_vocab_auto_with_a_perfect_drafter_drafts_to_the_cap(drafter_path, 
     config = GenerationConfig(max_new_tokens=30, draft_policy="auto", max_draft_len=5, gamma=0.3)
     runs = [dec.generate(ids, config) for _ in range(3)]
     assert all(r.token_ids == runs[0].token_ids for r in runs)
-    assert all(r.stats["accepted"] == r.stats["drafted"] for r in runs)
-    lengths = [r.stats["mean_draft_len"] for r in runs]
+    assert all(r.stats.accepted == r.stats.drafted for r in runs)
+    lengths = [r.stats.mean_draft_len for r in runs]
     assert lengths == sorted(lengths) and lengths[-1] > lengths[0]
     assert lengths[-1] >= 4
 
@@ -173,5 +173,5 @@ def test_with_lora_schedule_trains_the_head_only_with_the_drafter(tiny_target, t
     counts = []
     for text in ("def add(a, b):", "Once upon a time", "User: hi", "import os"):
         dec.generate(target_vocab.tokenizer.encode(text), config)
-        counts.append((dec.adapter.stats.updates, dec.predictor.updates))
+        counts.append((dec.adapter.stats.updates, dec.proposer.predictor.updates))
     assert counts == [(0, 0), (1, 1), (1, 1), (2, 2)]

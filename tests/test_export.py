@@ -61,7 +61,7 @@ def test_an_export_leaves_the_draft_head_out_unless_asked(bundle_dir, tiny_check
     out = export_bundle(tmp_path / "plain", str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]),
                         formats=("onnx",), max_context=32, max_draft_len=2)
     assert load_bundle(out).model("drafter").draft_head is None
-    drafter = build_bundle_pair(out, "onnxruntime", use_ngram_cache=False).decoder.drafter
+    drafter = build_bundle_pair(out, "onnxruntime", use_ngram_cache=False).drafter
     assert np.isfinite(drafter.forward([1, 5, 9], 0)[-1]).all()  # no token left out
 
 
@@ -132,14 +132,14 @@ def test_greedy_speculative_equals_target_only_on_backend(bundle_dir, backend):
         ids, GenerationConfig(max_new_tokens=20, speculative=False))
     got = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=20, draft_len=MAX_DRAFT))
     assert got.token_ids == base.token_ids
-    assert pair.decoder.target.backend == backend and got.stats["drafted"] > 0
+    assert pair.decoder.target.backend == backend and got.stats.drafted > 0
     # adaptive draft length through the graph's own head, which learns between the two runs
-    pair.decoder.drafting.predictor = AcceptancePredictor(pair.decoder.drafter.head)
+    pair.drafting.predictor = AcceptancePredictor(pair.drafter.head)
     for _ in range(2):
         got = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=20, draft_policy="auto",
                                                           max_draft_len=MAX_DRAFT))
         assert got.token_ids == base.token_ids
-    assert pair.decoder.predictor.updates == 2
+    assert pair.predictor.updates == 2
 
 
 def _flip_byte(path):

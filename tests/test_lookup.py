@@ -11,6 +11,7 @@ from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.hybrid import CallCosts, Hybrid
 from omnidraft.runtime.lookup import SEP, Candidates, Doc, HistoryIndex, find_candidates, match_in, walk
 from omnidraft.runtime.lookup_proposer import LookupProposer, LookupScorer, expected_accepted
+from omnidraft.runtime.stats import ProposerStats
 
 from .conftest import bigram_runner, byte_vocab, chi_square_p, exact_distribution, sample_law
 
@@ -98,8 +99,8 @@ def test_greedy_output_is_exact_with_lookup_and_hybrid(costs, tiny_target, tiny_
             got = dec.generate(ids, GenerationConfig(40, draft_len=3))
             assert got.token_ids == want.token_ids and got.text == want.text
     if costs is not None:  # lookup proposed and the target accepted some of it
-        assert got.stats["proposals"]["lookup"]["accepted"] > 0
-        assert got.stats["lookup"]["history_tokens"] > 0
+        assert got.stats.by_source["lookup"].accepted > 0
+        assert got.stats.proposers.lookup.history_tokens > 0
 
 
 def test_hybrid_tries_the_drafter_and_drops_it_when_it_does_not_pay(tiny_target, tiny_drafter, target_vocab,
@@ -109,12 +110,12 @@ def test_hybrid_tries_the_drafter_and_drops_it_when_it_does_not_pay(tiny_target,
                                                                explore_share=0.05))
     got = dec.generate(target_vocab.tokenizer.encode("Once upon a time"), GenerationConfig(40, draft_len=2))
     # a drafter call costs 100 target steps here: even always right it could not pay, so it is never tried
-    assert got.stats["hybrid"]["choices"]["drafter"] == 0
+    assert got.stats.proposers.hybrid.choices["drafter"] == 0
     drafting = DraftModel.between(tiny_target, target_vocab, tiny_drafter, draft_vocab)
     dec = SpeculativeDecoder(tiny_target, target_vocab, Hybrid(None, drafting, CallCosts(fixed=(1.0, 0.01, 0.3)),
                                                                explore_share=0.05))
     got = dec.generate(target_vocab.tokenizer.encode("Once upon a time"), GenerationConfig(40, draft_len=2))
-    choices = got.stats["hybrid"]["choices"]
+    choices = got.stats.proposers.hybrid.choices
     # at 0.3 of a target step the prior says try it; a random drafter is never right, so after its first
     # round it is only re-checked when 5% of the time since covers a re-check (0.3 + 0.01 + catching up: ~7 rounds)
     assert choices["none"] >= 30 and 2 <= choices["drafter"] <= 7
@@ -131,9 +132,9 @@ def test_a_drafter_that_pays_is_used_every_round_and_not_benched_by_a_bad_start(
     hybrid.rounds.add(0, 3, 3)  # an unlucky first round, as a prompt's first draft can be
     dec = SpeculativeDecoder(bigram_runner(table), vocab, hybrid)
     got = dec.generate([0], GenerationConfig(40, draft_len=3))
-    choices = got.stats["hybrid"]["choices"]
+    choices = got.stats.proposers.hybrid.choices
     assert choices["none"] == 0 and choices["drafter"] >= 10
-    assert got.stats["proposals"]["drafter"]["accepted"] == got.stats["proposals"]["drafter"]["proposed"]
+    assert got.stats.by_source["drafter"].accepted == got.stats.by_source["drafter"].proposed
 
 
 def test_lookup_sampling_reproduces_the_target_distribution():
@@ -172,7 +173,8 @@ class LookupThenDrafter:
         self.drafting.observe(seq, rnd)
 
     def end(self, weights_changed=False, remember=True):
-        return {**self.lookup.end(weights_changed, remember), **self.drafting.end(weights_changed, remember)}
+        return ProposerStats(drafter=self.drafting.end(weights_changed, remember).drafter,
+                             lookup=self.lookup.end(weights_changed, remember).lookup)
 
 
 @pytest.mark.parametrize("m", [1, 3])
@@ -184,8 +186,8 @@ def test_chained_rounds_are_exact_across_vocabularies(m, tiny_target, tiny_draft
     for _ in range(2):
         got = dec.generate(ids, GenerationConfig(40, draft_len=3))
         assert got.token_ids == want.token_ids
-    by = got.stats["proposals"]
-    assert by["lookup"]["rounds"] > 0 and by["drafter"]["rounds"] > 0  # both proposed, in the same rounds
+    by = got.stats.by_source
+    assert by["lookup"].rounds > 0 and by["drafter"].rounds > 0  # both proposed, in the same rounds
 
 
 def test_chained_sampling_reproduces_the_target_distribution():
@@ -212,7 +214,7 @@ def test_the_hybrid_chains_lookup_and_the_drafter_when_that_pays(tiny_target, ti
     hybrid = Hybrid(LookupProposer(HistoryIndex()), drafting, CallCosts(fixed=(1.0, 0.001, 0.01)))
     got = SpeculativeDecoder(tiny_target, target_vocab, hybrid).generate(ids, GenerationConfig(30, draft_len=2))
     assert got.token_ids == want.token_ids
-    assert got.stats["hybrid"]["choices"]["chain"] > 0
+    assert got.stats.proposers.hybrid.choices["chain"] > 0
 
 
 def docs_of(*lists):

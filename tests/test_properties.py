@@ -102,4 +102,4 @@ def test_greedy_output_equals_target_only_for_any_text(text, k, tiny_target, tin
     for _ in range(2):  # the second run proposes through what the cache learned
         got = dec.generate(ids, GenerationConfig(10, draft_len=k))
         assert got.token_ids == want.token_ids
-        assert got.stats["accepted"] <= got.stats["drafted"]
+        assert got.stats.accepted <= got.stats.drafted

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from omnidraft import corpora
-from omnidraft.models import omnidraft_home
+from omnidraft.state import omnidraft_home
 from omnidraft.pair import build_bundle_pair, build_eager_pair
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 
@@ -45,7 +45,7 @@ def test_real_bundle_matches_eager_and_is_greedy_exact(eager, backend):
     ids = pair.encode_prompt(text)[:64]
     for role in ("target", "drafter"):
         runner, ref = getattr(pair.decoder, role), getattr(reference.decoder, role)
-        seq = ids if role == "target" else pair.decoder.bridge.draft_prompt(ids)[:64]
+        seq = ids if role == "target" else pair.bridge.draft_prompt(ids)[:64]
         for r in (runner, ref):
             r.reset()
         steps = [(seq[:40], 0), (seq[40:41], 40), (seq[41:45], 41), (seq[45:54], 45)]  # prefill, k=1, 4, 9

@@ -18,13 +18,13 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def pair():
     pair = build_eager_pair(use_ngram_cache=False)  # never touch the user's saved cache
-    pair.decoder.drafting.ngram_cache = NGramCache(pair.decoder.bridge.pair_id)
+    pair.drafting.ngram_cache = NGramCache(pair.bridge.pair_id)
     return pair
 
 
 def test_real_pair_greedy_equals_target_only_and_accepts(pair):
     dec = pair.decoder
-    assert dec.cross_vocab and dec.bridge.intersection_size > 40_000
+    assert pair.cross_vocab and pair.bridge.intersection_size > 40_000
     eos = pair.eos_ids()
     tokens = calls = 0
     for prompt in PROMPTS:
@@ -33,8 +33,8 @@ def test_real_pair_greedy_equals_target_only_and_accepts(pair):
         got = dec.generate(ids, GenerationConfig(max_new_tokens=32, draft_len=4, eos_ids=eos))
         assert got.token_ids == want.token_ids, (got.text, want.text)
         assert got.text == want.text
-        tokens += got.stats["new_tokens"]
-        calls += got.stats["target_calls"]
+        tokens += got.stats.new_tokens
+        calls += got.stats.target_calls
     # A trained pair agrees far more than chance: clearly more than one token per target call.
     assert tokens / calls > 1.3
 
@@ -46,5 +46,5 @@ def test_real_pair_chat_and_seeded_sampling(pair):
     a = pair.decoder.generate(ids, cfg)
     b = pair.decoder.generate(ids, cfg)
     assert a.token_ids == b.token_ids and 0 < len(a.token_ids) <= 16
-    assert a.stats["new_tokens"] == len(a.token_ids)
-    assert a.stats["accepted"] <= a.stats["drafted"]  # the drafter proposed and the target judged
+    assert a.stats.new_tokens == len(a.token_ids)
+    assert a.stats.accepted <= a.stats.drafted  # the drafter proposed and the target judged

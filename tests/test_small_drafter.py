@@ -9,7 +9,8 @@ from safetensors.torch import load_file
 
 from omnidraft import small_drafter
 from omnidraft.errors import OmniDraftError
-from omnidraft.models import load_model, resolve_pair_paths
+from omnidraft.models import load_model
+from omnidraft.catalog import resolve_pair_paths
 
 from .conftest import run_cli
 

@@ -100,4 +100,4 @@ def test_speculative_decoding_across_vocabularies_is_exact(family, tiny_drafter,
     dec = SpeculativeDecoder.with_drafter(target, vocab, tiny_drafter, draft_vocab, ngram_cache=True)
     for _ in range(2):  # the second run drafts through what the n-gram cache learned in the first
         got = dec.generate(prompt, GenerationConfig(max_new_tokens=16, draft_len=4))
-        assert got.stats["drafted"] > 0 and got.token_ids == base.token_ids
+        assert got.stats.drafted > 0 and got.token_ids == base.token_ids

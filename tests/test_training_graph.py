@@ -21,7 +21,7 @@ from omnidraft.export.build import export_bundle
 from omnidraft.export.training_export import export_training, lora_model
 from omnidraft.models import load_model
 from omnidraft.pair import build_bundle_pair
-from omnidraft.pair import learner_for as learner_for_pair
+from omnidraft.adaptation.learners import learner_for as learner_for_pair
 from omnidraft.runtime.decoding import GenerationConfig
 
 from .conftest import TINY_WINDOW as WINDOW
@@ -44,7 +44,7 @@ def pair(training_bundle, tmp_path, monkeypatch):
 
 
 def an_example(pair, text=" return a + b  # café 中文 🍵", seed=0):
-    bridge = pair.decoder.bridge
+    bridge = pair.bridge
     tv = pair.target_vocab
     committed = tv.tokenizer.encode(text, add_special_tokens=False)
     rows = np.random.default_rng(seed).normal(size=(len(committed), len(tv))).astype(np.float32)
@@ -60,7 +60,7 @@ def learner_for(pair, lr=LR, init=None):
     names = [n for n, _ in training["lora_inputs"]]
     path = pair.bundle.root / pair.bundle.model("drafter").graphs["executorch_train"]
     return ExecuTorchLearner(path, names, training["window"], training["batch"], training["mapped"], lr,
-                             pair.decoder.drafter, init, AdaptConfig().warmup)  # the eager learner's warm-up too
+                             pair.drafter, init, AdaptConfig().warmup)  # the eager learner's warm-up too
 
 
 def eager_twin(tiny_checkpoints, learner):
@@ -91,7 +91,7 @@ def test_steps_through_the_program_match_eager_steps(pair, tiny_checkpoints):
     examples and a third of one: the same losses and tensors as the eager learner's steps."""
     learner = learner_for(pair)
     batches = [[an_example(pair), an_example(pair, " x = [1, 2]  # 中文 🍵\n", seed=1)], [an_example(pair, seed=2)]]
-    mapping = Mapping.from_bridge(pair.decoder.bridge)
+    mapping = Mapping.from_bridge(pair.bridge)
     model = load_model(tiny_checkpoints["drafter"])
     apply_draft_head(model, tiny_checkpoints["drafter"])
     model.config._attn_implementation = "eager"
@@ -120,7 +120,7 @@ def test_the_xnnpack_program_takes_the_same_step(pair, tiny_checkpoints, tmp_pat
         for n, p in lora_parameters(model).items():
             p.copy_(portable.params[n])
     path = tmp_path / "drafter_train.pte"
-    mapping = Mapping.from_bridge(pair.decoder.bridge)
+    mapping = Mapping.from_bridge(pair.bridge)
     meta = export_training(model, path, WINDOW, training["batch"], mapping.draft_ids, training["lam"], "xnnpack")
     assert meta["kernels"] == "xnnpack"
     xnnpack = ExecuTorchLearner(path, list(portable.params), WINDOW, training["batch"], len(mapping), LR,
@@ -135,9 +135,9 @@ def test_learners_start_from_given_lora_tensors(pair, tiny_checkpoints):
     """Both learners can start from the same adapters (a benchmark compares learners, not random draws)."""
     start = {n: t + 0.01 * (i + 1) for i, (n, t) in enumerate(learner_for(pair).params.items())}
     learner = learner_for(pair, init=start)
-    for (n, t), fed in zip(learner.params.items(), pair.decoder.drafter.extra_inputs):
+    for (n, t), fed in zip(learner.params.items(), pair.drafter.extra_inputs):
         assert torch.equal(t, start[n]) and torch.equal(fed, start[n])  # the drafter decodes with them at once
-    mapping = Mapping.from_bridge(pair.decoder.bridge)
+    mapping = Mapping.from_bridge(pair.bridge)
     eager = EagerLearner(lora_free_drafter(tiny_checkpoints), AdaptConfig(lora=LORA, lr=LR), mapping, init=start)
     assert all(torch.equal(p.detach(), start[n]) for n, p in eager.trainable.items())
     wrong = dict(start, **{next(iter(start)): torch.zeros(3)})
@@ -176,10 +176,10 @@ def test_a_saved_state_resumes_the_same_trajectory(pair):
 
 def test_updated_lora_drives_the_next_drafter_call(pair, tiny_checkpoints):
     learner = learner_for(pair)
-    drafter = pair.decoder.drafter
+    drafter = pair.drafter
     # the runner owns its LoRA inputs; the learner writes its weights into them
     assert all(torch.equal(a, b) for a, b in zip(drafter.extra_inputs, learner.params.values()))
-    ids = np.array(pair.decoder.bridge.draft.tokenizer.encode("def add(a, b):"))
+    ids = np.array(pair.bridge.draft.tokenizer.encode("def add(a, b):"))
     drafter.reset()
     base = drafter.forward(ids, 0, len(ids))
     for _ in range(3):
@@ -238,4 +238,4 @@ def test_the_program_decides_the_batch_and_window(training_bundle, tmp_path, mon
     training = pair.bundle.manifest.training
     assert (pair.decoder.adapter.config.batch, pair.decoder.adapter.config.window) == (training["batch"], WINDOW)
     with pytest.raises(OmniDraftError, match="--train-batch 9"):
-        learner_for_pair(pair.bundle, pair.decoder.drafting, AdaptConfig(batch=9))
+        learner_for_pair(pair.bundle, pair.drafting, AdaptConfig(batch=9))

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..draft_head import refresh_draft_head
+from ..errors import OmniDraftError
 from .examples import Example, Mapping, padded_batch, unit_hits
 from .lora import LoRALinear, add_lora, check_fits, copy_into, forget_merged, lora_parameters
 from .loss import Batch, batch_loss, greedy_acceptance
@@ -225,3 +226,54 @@ def program_lora_init(program, lora_names: list[str]) -> dict[str, torch.Tensor]
     if len(fresh) != len(lora_names):
         raise ValueError("the training program's tensors do not match the drafter's LoRA inputs")
     return {n: t.clone() for n, t in zip(lora_names, fresh)}
+
+
+# -- which learner: the eager drafter, or the bundle's training program -------------------------------
+def learner_for(bundle, drafting, config, init=None):
+    """What an OnlineAdapter trains: the eager drafter model, or the bundle's ExecuTorch training program.
+
+    `init`: LoRA tensors by name for the ExecuTorch learner to start from (default: the program's own)."""
+    drafter = drafting.drafter if drafting is not None else None
+    if drafter is None:
+        raise OmniDraftError("adaptation needs a drafter (drop --no-speculation)")
+    if bundle is not None:
+        return _executorch_learner(bundle, drafting, config, init)
+    if drafter.backend == "eager":
+        return drafter.model
+    raise OmniDraftError(f"adaptation runs on the eager or executorch backend, not {drafter.backend}")
+
+
+def lora_input_names(bundle, backend: str = "executorch") -> list[str]:
+    """The drafter's LoRA tensors in the order the bundle's programs take them."""
+    return [name for name, _shape in training_section(bundle, backend)["lora_inputs"]]
+
+
+def _executorch_learner(bundle, drafting, config, init=None):
+    drafter = drafting.drafter
+    training = training_section(bundle, drafter.backend)
+    graphs = bundle.model("drafter").graphs
+    names = lora_input_names(bundle, drafter.backend)
+    n_mapped = len(Mapping.from_bridge(drafting.bridge))
+    if n_mapped != training["mapped"]:
+        raise OmniDraftError("the bundle's training graph was exported for another vocabulary mapping")
+    if config.batch > training["batch"]:
+        raise OmniDraftError(f"the bundle's training program takes at most {training['batch']} examples per step, "
+                             f"not {config.batch}: re-export with --train-batch {config.batch}")
+    try:
+        return ExecuTorchLearner(bundle.root / graphs["executorch_train"], names, int(training["window"]),
+                                 int(training["batch"]), n_mapped, config.lr, drafter, init, config.warmup)
+    except Exception as e:  # noqa: BLE001 - a damaged or foreign program is a user problem
+        raise OmniDraftError(f"cannot load the bundle's training program: {str(e).splitlines()[0][:200]}") from e
+
+
+def training_section(bundle, backend: str) -> dict:
+    """The bundle's training programs' description; on-device adaptation needs it, on ExecuTorch."""
+    training = bundle.manifest.training
+    if not training:
+        raise OmniDraftError("--adapt needs a bundle exported --with-training (its LoRA training program)")
+    if backend != "executorch":
+        raise OmniDraftError("on-device adaptation runs on --backend executorch (its training program)")
+    if "update" not in training:
+        raise OmniDraftError("the bundle's training program is of an older format (version 3, SGD through ExecuTorch's "
+                             "training API): re-export it with --with-training")
+    return training

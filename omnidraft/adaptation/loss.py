@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from ..draft_head import full_output_head
 from .examples import Example
 
+LAMBDA = 0.2  # the n-gram term's weight, as in every experiment of the paper (online adaptation and distillation)
+
 
 @dataclass
 class Batch:

@@ -29,6 +29,7 @@ from ..state import locked, set_aside
 from .examples import Example, ExampleBuilder, Mapping
 from .learners import EagerLearner
 from .lora import LoRAConfig
+from .loss import LAMBDA
 from .memory import release_free_memory
 
 FORMAT = "omnidraft-adapter"
@@ -42,7 +43,7 @@ class AdapterFileError(Exception):
 @dataclass
 class AdaptConfig:
     lora: LoRAConfig | None = field(default_factory=LoRAConfig)  # None: full fine-tuning
-    lam: float = 0.2  # weight of the n-gram NLL term
+    lam: float = LAMBDA  # weight of the n-gram NLL term
     use_kl: bool = True  # False: n-gram NLL only (an ablation)
     lr: float = 1e-3  # measured on a held-out unseen domain (benchmarks/adapt_study.py); the CLI's --adapt-lr
     every: int = 4  # prompts between updates
@@ -105,8 +106,10 @@ class OnlineAdapter:
         self._disk_mark: tuple | None = None  # the state file's stamp when we last loaded or saved it
 
     # -- the decoder's hooks -------------------------------------------------------------
-    def begin(self, draft_prompt: list[int]) -> None:
-        self._builder = ExampleBuilder(self.bridge, self.mapping, draft_prompt)
+    def begin(self, target_prompt: list[int]) -> None:
+        """A generation starts from `target_prompt` (target tokens): its example begins with the same text in
+        draft tokens."""
+        self._builder = ExampleBuilder(self.bridge, self.mapping, self.bridge.draft_prompt(target_prompt))
 
     def observe(self, committed: list[int], target_logits: np.ndarray) -> None:
         if self._builder is not None:

@@ -76,7 +76,7 @@ def evaluate(decoder: SpeculativeDecoder, prompts: list[list[int]], config: Gene
     for i, ids in enumerate(prompts):  # same seeds before and after: a paired comparison
         result = decoder.generate(ids, replace(config, seed=config.seed + i), learn=False)
         window.add(result)
-        per_prompt.append([result.stats[k] for k in PER_PROMPT])
+        per_prompt.append([getattr(result.stats, k) for k in PER_PROMPT])
     summary = window.summary()
     summary["wall_s"] = time.perf_counter() - start
     summary["per_prompt"] = per_prompt  # for paired resampling of the prompts (benchmarks/adaptation.py)

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
 from .. import __version__
+from ..adaptation.loss import LAMBDA
 from ..atomic import atomic_directory
 from ..bundle import Manifest, ModelEntry, file_entry
 from ..draft_head import apply_draft_head
 from ..errors import OmniDraftError
-from ..models import load_model, load_tokenizer, omnidraft_home, resolve_pair_paths
-from ..pair import eos_ids
+from ..catalog import resolve_pair_paths
+from ..models import load_model, load_tokenizer
+from ..state import omnidraft_home
+from ..chat import eos_ids
 from ..progress import log, stage
 from ..runtime.bridge import VocabBridge
 from ..runtime.vocab import Vocab
@@ -36,94 +40,83 @@ def _versions() -> dict:
     return out
 
 
-def export_bundle(
-    out: Path,
-    target: str | None = None,
-    drafter: str | None = None,
-    formats: tuple[str, ...] = ("onnx",),
-    quant: str = "none",
-    drafter_quant: str | None = None,
-    embedding_quant: str = "none",
-    draft_head: bool = False,
-    max_context: int = 512,
-    max_draft_len: int = 8,
-    drafter_context: int | None = None,
-    chunk: int = 16,
-    with_training: bool = False,
-    train_window: int | None = None,
-    train_batch: int | None = None,
-    train_kernels: str = "portable",
-    lora=None,
-    lam: float = 0.2,
-) -> Path:
-    """Export both models in each format into the bundle folder `out`.
+@dataclass
+class ExportOptions:
+    """How to export a pair (the `export` command's options), checked once by `validate()`.
 
     draft_head: keep the drafter folder's draft head (omnidraft/draft_head.py) in its graphs. Off by
     default: on ExecuTorch the full head is faster (the shipped small drafter: c 0.24 -> 0.22 at 8da8w,
     0.25 -> 0.16 at 8da4w; benchmarks/README.md "Which drafter by default"), the draft head pays on eager.
     The training program's window and batch default to the online adapter's (AdaptConfig)."""
-    if with_training:
+
+    target: str | None = None
+    drafter: str | None = None
+    formats: tuple[str, ...] = ("onnx",)
+    quant: str = "none"
+    drafter_quant: str | None = None  # None: `quant`
+    embedding_quant: str = "none"
+    draft_head: bool = False
+    max_context: int = 512
+    max_draft_len: int = 8
+    drafter_context: int | None = None  # None: twice max_context
+    chunk: int = 16
+    with_training: bool = False
+    train_window: int | None = None
+    train_batch: int | None = None
+    train_kernels: str = "portable"
+    lora: object = None  # LoRAConfig of the training program (None: the default)
+    lam: float = LAMBDA
+
+    @property
+    def quants(self) -> dict[str, str]:
+        return {"target": self.quant, "drafter": self.quant if self.drafter_quant is None else self.drafter_quant}
+
+    @property
+    def tokens_per_call(self) -> int:
+        """One graph per model: verification needs K + 1 tokens, prefill and resync use chunks."""
+        return max(self.max_draft_len + 1, self.chunk)
+
+    def contexts(self) -> dict[str, int]:
+        return {"target": self.max_context, "drafter": self.drafter_context or 2 * self.max_context}
+
+    def validate(self) -> "ExportOptions":
+        """The options with the training defaults filled in; one clear error for any that cannot work."""
+        for fmt in self.formats:
+            for q in set(self.quants.values()):
+                if q not in QUANTS[fmt]:
+                    raise OmniDraftError(f"quantization {q!r} is not available for {fmt} (choose {', '.join(QUANTS[fmt])})")
+        if self.embedding_quant != "none" and "executorch" not in self.formats:
+            raise OmniDraftError("--embedding-quant applies to ExecuTorch programs: use --format executorch or both")
+        if self.max_draft_len < 1:
+            raise OmniDraftError("max draft length must be at least 1")
+        if self.max_context < self.max_draft_len + 2:
+            raise OmniDraftError("max context must exceed the max draft length + 1")
+        if self.with_training and "executorch" not in self.formats:
+            raise OmniDraftError("--with-training builds ExecuTorch programs: use --format executorch or both")
+        if not self.with_training:
+            return self
         from ..adaptation.online import AdaptConfig
 
-        train_window = train_window or AdaptConfig.window
-        train_batch = train_batch or AdaptConfig.batch
-    quants = {"target": quant, "drafter": quant if drafter_quant is None else drafter_quant}
-    for fmt in formats:
-        for q in set(quants.values()):
-            if q not in QUANTS[fmt]:
-                raise OmniDraftError(f"quantization {q!r} is not available for {fmt} (choose {', '.join(QUANTS[fmt])})")
-    if embedding_quant != "none" and "executorch" not in formats:
-        raise OmniDraftError("--embedding-quant applies to ExecuTorch programs: use --format executorch or both")
-    if max_draft_len < 1:
-        raise OmniDraftError("max draft length must be at least 1")
-    if max_context < max_draft_len + 2:
-        raise OmniDraftError("max context must exceed the max draft length + 1")
-    if with_training and "executorch" not in formats:
-        raise OmniDraftError("--with-training builds ExecuTorch programs: use --format executorch or both")
+        return replace(self, train_window=self.train_window or AdaptConfig.window,
+                       train_batch=self.train_batch or AdaptConfig.batch)
+
+
+def export_bundle(out: Path, target: str | None = None, drafter: str | None = None, **options) -> Path:
+    """Export both models in each format into the bundle folder `out` (options: ExportOptions' fields)."""
+    o = ExportOptions(target=target, drafter=drafter, **options).validate()
     out = Path(out)
-    paths = dict(zip(("target", "drafter"), resolve_pair_paths(target, drafter)))
-    contexts = {"target": max_context, "drafter": drafter_context or 2 * max_context}
-    # One graph per model: verification needs K+1 tokens, prefill and resync use chunks.
-    tokens_per_call = max(max_draft_len + 1, chunk)
+    paths = dict(zip(("target", "drafter"), resolve_pair_paths(o.target, o.drafter)))
     start = time.perf_counter()
     with atomic_directory(out) as tmp:
-        vocabs, models = {}, {}
+        vocabs, models, training = {}, {}, None
         for role, path in paths.items():
             tok = load_tokenizer(path)
             vocabs[role] = Vocab.from_tokenizer(tok)
-            tok_dir = tmp / "tokenizers" / role
-            tok.save_pretrained(tok_dir)
-            with stage(f"{role}: loading {path.name}"):
-                model = load_model(path)
-                draft_tokens = apply_draft_head(model, path) if role == "drafter" and draft_head else None
-            graphs = {}
-            meta = None
-            for fmt in sorted(formats, key=lambda f: f != "onnx"):  # ExecuTorch last: its export changes the model
-                if fmt == "onnx":
-                    from .onnx_export import export_onnx
-
-                    meta = export_onnx(model, tmp / f"{role}.onnx", contexts[role], tokens_per_call, quants[role],
-                                       head=role == "drafter")
-                    graphs["onnx"] = f"{role}.onnx"
-                else:
-                    from .executorch_export import export_executorch
-
-                    meta = export_executorch(model, tmp / f"{role}.pte", contexts[role], tokens_per_call, quants[role],
-                                             head=role == "drafter", exact_rows=role == "target",
-                                             embedding_quant=embedding_quant)
-                    graphs["executorch"] = f"{role}.pte"
-            if role == "drafter" and with_training:
-                training = _export_training(load_model(path), path, tmp, vocabs, graphs, contexts[role], tokens_per_call,
-                                            train_window, train_batch, train_kernels, lora, lam, draft_head)
-            models[role] = ModelEntry(
-                name=path.name, vocab_size=meta["vocab_size"], max_context=contexts[role],
-                max_tokens_per_call=tokens_per_call, kv_shape=meta["kv_shape"], tokenizer=f"tokenizers/{role}",
-                tokenizer_fingerprint=vocabs[role].fingerprint, graphs=graphs, quant=quants[role],
-                executorch_ops=meta.get("executorch_ops", []),  # meta: the ExecuTorch export's, when there is one
-                acceptance_head=meta.get("acceptance_head"),
-                draft_head={"tokens": draft_tokens} if draft_tokens else None,
-            )
-            del model
+            tok.save_pretrained(tmp / "tokenizers" / role)
+            models[role] = _export_model(role, path, tmp, vocabs[role], o)
+            if role == "drafter" and o.with_training:
+                training = _export_training(load_model(path), path, tmp, vocabs, models[role].graphs,
+                                            o.contexts()[role], o)
         bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
         cache_name = None
         cache_src = omnidraft_home() / "ngram" / f"{paths['drafter'].name}--{paths['target'].name}--{bridge.pair_id}.json"
@@ -132,36 +125,61 @@ def export_bundle(
             cache_name = "ngram_cache.json"
         tv = vocabs["target"].tokenizer
         with stage("hashing bundle files"):
-            files = {
-                str(p.relative_to(tmp)): file_entry(tmp, str(p.relative_to(tmp)))
-                for p in sorted(tmp.rglob("*"))
-                if p.is_file()
-            }
+            files = {str(p.relative_to(tmp)): file_entry(tmp, str(p.relative_to(tmp)))
+                     for p in sorted(tmp.rglob("*")) if p.is_file()}
         Manifest(
-            max_context=max_context, max_draft_len=max_draft_len, quant=quant, embedding_quant=embedding_quant,
-            pair_id=bridge.pair_id, versions=_versions(), models=models, eos_ids=sorted(eos_ids(tv)),
-            chat_eos_ids=sorted(eos_ids(tv, chat=True)), ngram_cache=cache_name,
-            training=training if with_training else None, files=files, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            max_context=o.max_context, max_draft_len=o.max_draft_len, quant=o.quant,
+            embedding_quant=o.embedding_quant, pair_id=bridge.pair_id, versions=_versions(), models=models,
+            eos_ids=sorted(eos_ids(tv)), chat_eos_ids=sorted(eos_ids(tv, chat=True)), ngram_cache=cache_name,
+            training=training, files=files, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
         ).write(tmp / "bundle.json")
     log(f"[omnidraft] bundle written to {out} in {time.perf_counter() - start:.0f}s")
     return out
 
 
-def _export_training(model, path: Path, tmp: Path, vocabs, graphs: dict, context: int, tokens_per_call: int, window: int,
-                     batch: int, kernels: str,
-                     lora, lam: float, draft_head: bool) -> dict:
+def _export_model(role: str, path: Path, tmp: Path, vocab: Vocab, o: ExportOptions) -> ModelEntry:
+    """One model's graphs in every format, and its bundle.json entry."""
+    with stage(f"{role}: loading {path.name}"):
+        model = load_model(path)
+        draft_tokens = apply_draft_head(model, path) if role == "drafter" and o.draft_head else None
+    context, quant = o.contexts()[role], o.quants[role]
+    graphs, meta = {}, None
+    for fmt in sorted(o.formats, key=lambda f: f != "onnx"):  # ExecuTorch last: its export changes the model
+        if fmt == "onnx":
+            from .onnx_export import export_onnx
+
+            meta = export_onnx(model, tmp / f"{role}.onnx", context, o.tokens_per_call, quant, head=role == "drafter")
+            graphs["onnx"] = f"{role}.onnx"
+        else:
+            from .executorch_export import export_executorch
+
+            meta = export_executorch(model, tmp / f"{role}.pte", context, o.tokens_per_call, quant,
+                                     head=role == "drafter", exact_rows=role == "target",
+                                     embedding_quant=o.embedding_quant)
+            graphs["executorch"] = f"{role}.pte"
+    return ModelEntry(
+        name=path.name, vocab_size=meta["vocab_size"], max_context=context, max_tokens_per_call=o.tokens_per_call,
+        kv_shape=meta["kv_shape"], tokenizer=f"tokenizers/{role}", tokenizer_fingerprint=vocab.fingerprint,
+        graphs=graphs, quant=quant,
+        executorch_ops=meta.get("executorch_ops", []),  # meta: the ExecuTorch export's, when there is one
+        acceptance_head=meta.get("acceptance_head"), draft_head={"tokens": draft_tokens} if draft_tokens else None,
+    )
+
+
+def _export_training(model, path: Path, tmp: Path, vocabs, graphs: dict, context: int, o: ExportOptions) -> dict:
     """drafter_train.pte + drafter_lora.pte (fp32: training needs full-precision weights)."""
     from ..adaptation.examples import Mapping
     from ..adaptation.lora import LoRAConfig
     from .training_export import export_lora_drafter, export_training, lora_model
 
-    lora = lora or LoRAConfig()
+    lora = o.lora or LoRAConfig()
     mapping = Mapping.from_bridge(VocabBridge(vocabs["drafter"], vocabs["target"]))
     model = lora_model(model, lora)
-    train = export_training(model, tmp / "drafter_train.pte", window, batch, mapping.draft_ids, lam, kernels)
-    if draft_head:  # after: training keeps the full head; drafter_lora.pte drafts like drafter.pte
+    train = export_training(model, tmp / "drafter_train.pte", o.train_window, o.train_batch, mapping.draft_ids, o.lam,
+                            o.train_kernels)
+    if o.draft_head:  # after: training keeps the full head; drafter_lora.pte drafts like drafter.pte
         apply_draft_head(model, path)
-    meta = export_lora_drafter(model, tmp / "drafter_lora.pte", context, tokens_per_call)
+    meta = export_lora_drafter(model, tmp / "drafter_lora.pte", context, o.tokens_per_call)
     graphs["executorch_train"] = "drafter_train.pte"
     graphs["executorch_lora"] = "drafter_lora.pte"
     return {**train, "lora": lora.to_dict(), "lora_inputs": meta["lora_inputs"]}

@@ -24,13 +24,12 @@ import numpy as np
 
 from ..errors import OmniDraftError
 from ..progress import log
-from .acceptance import NO_HEAD
-from .bridge import VocabBridge
 from .draft_length import DraftLength
-from .drafting import DRAFTER, DraftModel
+from .drafting import DraftModel
 from .proposers import Proposal, Proposer, Round
 from .runner import ModelRunner, prefill
 from .sampling import Sampler
+from .stats import DrafterStats, GenerationStats, ProposerStats, SourceCounts, Timings
 from .verify import verify
 from .vocab import Vocab
 
@@ -69,11 +68,36 @@ class GenerationResult:
     text: str
     token_ids: list[int]
     stop_reason: str
-    stats: dict
+    stats: GenerationStats
+
+
+@dataclass
+class _Run:
+    """One generation in flight: the loop's state between its prefill, its rounds and its finish."""
+
+    config: GenerationConfig
+    seq: list[int]  # the target's sequence; seq[-1] is not yet in its cache
+    rng: np.random.Generator
+    out: "_TextStream"
+    speculative: bool
+    adapter: object
+    start: float
+    prefill_s: float = 0.0
+    reused: int = 0
+    generated: list[int] = field(default_factory=list)
+    stop_reason: str | None = None
+    calls: int = 0
+    by_source: dict[str, SourceCounts] = field(default_factory=dict)
+    rounds: list[tuple[float, int, int]] = field(default_factory=list)
+    call_times: dict[bool, list[float]] = field(default_factory=lambda: {False: [], True: []})
 
 
 class SpeculativeDecoder:
-    """Generates with a target runner, helped by a proposer; an adapter learns from every round."""
+    """Generates with a target runner, helped by a proposer; an adapter learns from every round.
+
+    The loop sees its proposer only through the protocol (proposers.py) and its runner only
+    through forward/rollback: it never asks which proposer or backend it drives.
+    """
 
     def __init__(self, target: ModelRunner, target_vocab: Vocab, proposer: Proposer | None = None, adapter=None):
         self.target = target
@@ -88,177 +112,109 @@ class SpeculativeDecoder:
         return cls(target, target_vocab, DraftModel.between(target, target_vocab, drafter, draft_vocab,
                                                             ngram_cache, predictor))
 
-    @property
-    def drafting(self) -> DraftModel | None:
-        """The drafter proposer, alone or inside the hybrid."""
-        p = self.proposer
-        return p if isinstance(p, DraftModel) else getattr(p, "drafting", None)
-
-    @property
-    def lookup(self):
-        return getattr(self.proposer, "lookup", None)
-
-    @property
-    def drafter(self) -> ModelRunner | None:
-        return self.drafting.drafter if self.drafting else None
-
-    @property
-    def bridge(self) -> VocabBridge | None:
-        return self.drafting.bridge if self.drafting else None
-
-    @property
-    def ngram_cache(self):
-        return self.drafting.ngram_cache if self.drafting else None
-
-    @property
-    def predictor(self):
-        return self.drafting.predictor if self.drafting else None
-
-    @property
-    def cross_vocab(self) -> bool:
-        return self.bridge is not None and not self.bridge.identity
-
     # -- the loop ------------------------------------------------------------------------
     def generate(self, target_prompt: list[int], config: GenerationConfig, on_text=None,
                  learn: bool = True) -> GenerationResult:
         """learn=False: the adapter does not train on this generation, nor does lookup keep it in its history."""
-        target, proposer = self.target, self.proposer
-        speculative = config.speculative and proposer is not None
+        run = self._prefill(target_prompt, config, on_text, learn)
+        while run.stop_reason is None:
+            self._round(run)
+        return self._finish(run, learn)
+
+    def _prefill(self, target_prompt: list[int], config: GenerationConfig, on_text, learn: bool) -> _Run:
+        """Check the prompt, bring the target's cache up to it (reusing what it holds), start the proposer."""
         if not target_prompt:
             raise OmniDraftError("the prompt is empty")
-        if len(target_prompt) >= target.max_context:
+        if len(target_prompt) >= self.target.max_context:
             raise OmniDraftError(
-                f"the prompt is {len(target_prompt)} tokens; the context window is {target.max_context}"
+                f"the prompt is {len(target_prompt)} tokens; the context window is {self.target.max_context}"
             )
-        drafter = self.drafter if speculative else None
-        if drafter is not None and config.draft_policy == "auto" and not drafter.has_head:
-            raise OmniDraftError(NO_HEAD)
-        rng = np.random.default_rng(config.seed)
-        seq = list(target_prompt)  # the target's sequence; seq[-1] is not yet in its cache
-        out = _TextStream(self.target_vocab, config.stop_strings, on_text)
-        generated: list[int] = []
-        by_source: dict[str, Counter] = {}
-        calls, stop_reason, rounds = 0, None, []  # rounds: (seconds since start, proposed, accepted)
-        call_times: dict[bool, list[float]] = {False: [], True: []}  # target call seconds: one token / verification
-
-        start = time.perf_counter()
-        reused = prefill(target, seq)  # reuse what the cache holds (a chat's earlier turns)
-        adapter = self.adapter if speculative and learn and drafter is not None else None
+        speculative = config.speculative and self.proposer is not None
+        run = _Run(config, list(target_prompt), np.random.default_rng(config.seed),
+                   _TextStream(self.target_vocab, config.stop_strings, on_text), speculative,
+                   self.adapter if speculative and learn else None, time.perf_counter())
+        run.reused = prefill(self.target, run.seq)  # reuse what the cache holds (a chat's earlier turns)
         if speculative:
-            proposer.begin(seq, config, rng)
-        if adapter is not None:
-            adapter.begin(self.bridge.draft_prompt(seq))
-        prefill_s = time.perf_counter() - start
+            self.proposer.begin(run.seq, config, run.rng)
+        if run.adapter is not None:
+            run.adapter.begin(run.seq)
+        run.prefill_s = time.perf_counter() - run.start
+        return run
 
-        while stop_reason is None:
-            room = target.max_context - len(seq)  # proposals that still fit in the target's cache
-            if room < 0:
-                stop_reason = "context_full"
-                break
-            budget = min(room, config.max_new_tokens - len(generated) - 1)
-            if target.max_tokens_per_call:
-                budget = min(budget, target.max_tokens_per_call - 1)
-            # propose
-            proposal = proposer.propose(seq, budget) if speculative and budget > 0 else Proposal()
-            proposal.truncate(max(budget, 0))
-            m = len(proposal)
-            # verify: the target's pending token plus all proposals in one call
-            pending = seq[target.position :] + proposal.target_ids
-            t0 = time.perf_counter()
-            logits = target.forward(pending, target.position, m + 1)
-            seconds = time.perf_counter() - t0
-            calls += 1
-            call_times[len(pending) > 1].append(seconds)
-            n, next_token = verify(proposal, logits, config.sampler, rng)
-            # accept
-            rnd = Round(len(seq), proposal, n, next_token, logits, seconds, len(pending))
-            target.rollback(len(seq) + n)
-            seq.extend(rnd.committed)
-            rounds.append((time.perf_counter() - start, m, n))
-            for source in dict.fromkeys(proposal.sources):  # who proposed what, and how much of it was accepted
-                by_source.setdefault(source, Counter()).update(
-                    rounds=1, proposed=proposal.sources.count(source), accepted=proposal.sources[:n].count(source))
-            # learn
-            if speculative:
-                proposer.observe(seq, rnd)
-            if adapter is not None:
-                adapter.observe(rnd.committed, logits[: n + 1])
+    def _round(self, run: _Run) -> None:
+        """propose -> verify -> accept -> learn, once."""
+        target, config, seq = self.target, run.config, run.seq
+        room = target.max_context - len(seq)  # proposals that still fit in the target's cache
+        if room < 0:
+            run.stop_reason = "context_full"
+            return
+        budget = min(room, config.max_new_tokens - len(run.generated) - 1)
+        if target.max_tokens_per_call:
+            budget = min(budget, target.max_tokens_per_call - 1)
+        # propose
+        proposal = self.proposer.propose(seq, budget) if run.speculative and budget > 0 else Proposal()
+        proposal.truncate(max(budget, 0))
+        m = len(proposal)
+        # verify: the target's pending token plus all proposals in one call
+        pending = seq[target.position :] + proposal.target_ids
+        t0 = time.perf_counter()
+        logits = target.forward(pending, target.position, m + 1)
+        seconds = time.perf_counter() - t0
+        run.calls += 1
+        run.call_times[len(pending) > 1].append(seconds)
+        n, next_token = verify(proposal, logits, config.sampler, run.rng)
+        # accept
+        rnd = Round(len(seq), proposal, n, next_token, logits, seconds, len(pending))
+        target.rollback(len(seq) + n)
+        seq.extend(rnd.committed)
+        run.rounds.append((time.perf_counter() - run.start, m, n))
+        for source in dict.fromkeys(proposal.sources):  # who proposed what, and how much of it was accepted
+            c = run.by_source.setdefault(source, SourceCounts())
+            c.rounds += 1
+            c.proposed += proposal.sources.count(source)
+            c.accepted += proposal.sources[:n].count(source)
+        # learn
+        if run.speculative:
+            self.proposer.observe(seq, rnd)
+        if run.adapter is not None:
+            run.adapter.observe(rnd.committed, logits[: n + 1])
+        for tok in rnd.committed:
+            if tok in config.eos_ids:
+                run.stop_reason = "eos"
+                return
+            run.generated.append(tok)
+            if run.out.push(tok):
+                run.stop_reason = "stop_string"
+                return
+            if len(run.generated) >= config.max_new_tokens:
+                run.stop_reason = "max_new_tokens"
+                return
 
-            for tok in rnd.committed:
-                if tok in config.eos_ids:
-                    stop_reason = "eos"
-                    break
-                generated.append(tok)
-                if out.push(tok):
-                    stop_reason = "stop_string"
-                    break
-                if len(generated) >= config.max_new_tokens:
-                    stop_reason = "max_new_tokens"
-                    break
-        out.flush()
-        wall = time.perf_counter() - start
+    def _finish(self, run: _Run, learn: bool) -> GenerationResult:
+        """Flush the text, let the adapter update (between prompts) and the proposer wrap up; the statistics."""
+        run.out.flush()
+        wall = time.perf_counter() - run.start
         weights_changed = False
         adaptation = None
-        if adapter is not None:  # an update runs after the reply, between prompts
+        if run.adapter is not None:  # an update runs after the reply, between prompts
             t0 = time.perf_counter()
             try:
-                weights_changed = adapter.end()
+                weights_changed = run.adapter.end()
             except Exception as e:  # noqa: BLE001 - the reply is done: a failed update must not lose it
                 log(f"[omnidraft] warning: the adaptation update failed ({type(e).__name__}: {e}); "
                     "the reply is kept")
                 weights_changed = True  # the drafter's weights may have moved: its cached keys are stale
-            adaptation = dict(adapter.summary(), seconds=time.perf_counter() - t0)
-        proposers = proposer.end(weights_changed, remember=learn) if speculative else {}
-        stats = self._stats(generated, calls, by_source, proposers, prefill_s, wall)
-        stats["timings"] = _timings(call_times, proposers.get(DRAFTER, {}).get("step_seconds", []))
-        lengths = Counter(n for _, _, n in rounds)
-        stats["accepted_length_histogram"] = {str(k): v for k, v in sorted(lengths.items())}
-        if adaptation is not None:
-            stats["adaptation"] = adaptation
-        if "predictor" in proposers.get(DRAFTER, {}):
-            stats["predictor"] = proposers[DRAFTER]["predictor"]
-        stats["draft_policy"] = config.draft_policy
-        stats["rounds"] = rounds
-        stats["prompt_tokens_reused"] = reused
-        return GenerationResult(out.text, generated, stop_reason, stats)
-
-    def _stats(self, generated, calls: int, by_source: dict, proposers: dict, prefill_s, wall) -> dict:
-        decode_s = max(wall - prefill_s, 1e-9)
-        drafted = sum(c["proposed"] for c in by_source.values())
-        accepted = sum(c["accepted"] for c in by_source.values())
-        d = proposers.get(DRAFTER, {})
-        cache = self.ngram_cache
-        return {
-            "new_tokens": len(generated),
-            "target_calls": calls,
-            "tokens_per_target_call": len(generated) / max(calls, 1),
-            "drafted": drafted,
-            "accepted": accepted,
-            "acceptance_rate": accepted / drafted if drafted else 0.0,
-            "proposals": {source: dict(c) for source, c in sorted(by_source.items())},
-            "draft_tokens": d.get("draft_tokens", 0),
-            "mean_draft_len": d.get("draft_tokens", 0) / max(d.get("rounds_drafted", 0), 1),
-            "drafter_calls": d.get("drafter_calls", 0),
-            "ngram_cache_hits": d.get("ngram_hits", 0),
-            "ngram_cache_accepted": d.get("ngram_accepted", 0),
-            "ngram_cache_size": len(cache) if cache is not None else 0,
-            "lookup": proposers.get("lookup"),
-            "hybrid": {k: proposers[k] for k in ("choices", "costs") if k in proposers} or None,
-            "prefill_s": prefill_s,
-            "decode_s": decode_s,
-            "wall_s": wall,
-            "tokens_per_s": len(generated) / decode_s,
-            "cross_vocab": self.cross_vocab,
-            "vocab_intersection": self.bridge.intersection_size if self.bridge else None,
-        }
-
-
-def _timings(call_times: dict, drafter_steps: list[float]) -> dict:
-    """Median target call (one token, and verification) and drafter step, in ms, and c = drafter / target step."""
-    med = lambda xs: 1000 * float(np.median(xs)) if xs else None  # noqa: E731
-    step, drafter = med(call_times[False]), med(drafter_steps)
-    return {"target_step_ms": step, "target_verify_ms": med(call_times[True]), "drafter_step_ms": drafter,
-            "cost_ratio_c": drafter / step if step and drafter else None}
+            adaptation = dict(run.adapter.summary(), seconds=time.perf_counter() - t0)
+        proposers = self.proposer.end(weights_changed, remember=learn) if run.speculative else ProposerStats()
+        drafter = proposers.drafter or DrafterStats()
+        stats = GenerationStats(
+            new_tokens=len(run.generated), target_calls=run.calls, by_source=run.by_source, proposers=proposers,
+            prefill_s=run.prefill_s, wall_s=wall,
+            timings=Timings.of(run.call_times[False], run.call_times[True], drafter.step_seconds),
+            draft_policy=run.config.draft_policy, prompt_tokens_reused=run.reused,
+            accepted_lengths=dict(sorted(Counter(n for _, _, n in run.rounds).items())), rounds=run.rounds,
+            adaptation=adaptation)
+        return GenerationResult(run.out.text, run.generated, run.stop_reason, stats)
 
 
 class _TextStream:

@@ -15,30 +15,20 @@ drafter spells the committed target tokens.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from .acceptance import draft_labels
+from ..errors import OmniDraftError
+from .acceptance import NO_HEAD, draft_labels
 from .bridge import NGRAM, Translation, VocabBridge
 from .draft_length import DraftLength
 from .ngram_cache import NGramCache
 from .proposers import Proposal, Round
 from .runner import ModelRunner, prefill, reuse
+from .stats import DrafterStats, ProposerStats
 
 DRAFTER = "drafter"
-
-
-@dataclass
-class DrafterCounters:
-    calls: int = 0  # drafter model calls
-    draft_tokens: int = 0  # tokens drafted (the drafter's vocabulary)
-    rounds: int = 0  # drafts made
-    ngram_hits: int = 0  # proposed target tokens that were merged n-grams
-    ngram_accepted: int = 0
-    catchup_tokens: int = 0  # text read in the first call of a draft beyond its one new token
-    catchup_seconds: float = 0.0  # those calls' time beyond a one-token step (estimated from the steps)
-    step_seconds: list[float] = field(default_factory=list)  # one-token drafting steps
 
 
 @dataclass
@@ -62,7 +52,7 @@ class DraftModel:
         self._config = self._rng = None
         self.draft_seq: list[int] = []
         self._last: _InFlight | None = None
-        self.counters = DrafterCounters()
+        self.counters = DrafterStats()
 
     @classmethod
     def between(cls, target: ModelRunner, target_vocab, drafter: ModelRunner, draft_vocab,
@@ -80,13 +70,15 @@ class DraftModel:
     def begin(self, seq: list[int], config, rng: np.random.Generator, read_prompt: bool = True) -> None:
         """A generation starts; the drafter reads the prompt now (the prompt's processing, as the target's), or
         with read_prompt=False when it first drafts, if ever (the hybrid, when the drafter may not be used)."""
+        if config.draft_policy == "auto" and not self.drafter.has_head:
+            raise OmniDraftError(NO_HEAD)
         self._config, self._rng = config, rng
         key = (config.draft_policy, config.draft_len, config.max_draft_len, config.gamma)
         if self._length is None or self._length[0] != key:
             self._length = (key, config.draft_length())
         self.draft_seq = self.bridge.draft_prompt(seq)
         self._last = None
-        self.counters = DrafterCounters()
+        self.counters = DrafterStats()
         if read_prompt:
             self.read_prompt()
 
@@ -208,14 +200,13 @@ class DraftModel:
             append = self.bridge.spell(rnd.committed)
         self.draft_seq.extend(append)
 
-    def end(self, weights_changed: bool = False, remember: bool = True) -> dict:
+    def end(self, weights_changed: bool = False, remember: bool = True) -> ProposerStats:
         if weights_changed:
             self.drafter.reset()  # new weights: the drafter's cached keys and values are stale
         c = self.counters
-        stats = {"drafter_calls": c.calls, "draft_tokens": c.draft_tokens, "rounds_drafted": c.rounds,
-                 "ngram_hits": c.ngram_hits, "ngram_accepted": c.ngram_accepted, "step_seconds": c.step_seconds,
-                 "catchup_tokens": c.catchup_tokens, "catchup_seconds": c.catchup_seconds}
+        c.ngram_cache_size = len(self.ngram_cache) if self.ngram_cache is not None else 0
+        c.cross_vocab, c.vocab_intersection = self.cross_vocab, self.bridge.intersection_size
         if self.predictor is not None:
             self.predictor.end_generation(weights_changed)
-            stats["predictor"] = self.predictor.summary()
-        return {DRAFTER: stats}
+            c.predictor = self.predictor.summary()
+        return ProposerStats(drafter=c)

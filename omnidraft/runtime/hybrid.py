@@ -38,6 +38,7 @@ import numpy as np
 from .drafting import DRAFTER, DraftModel
 from .lookup_proposer import LOOKUP, LookupProposer
 from .proposers import Proposal, Round
+from .stats import HybridStats, ProposerStats
 
 MIN_CALL_S, MAX_CALL_S = 5e-5, 60.0  # a plausible model call: 0.05 ms to a minute
 EXPLORE_SHARE = 0.02  # the share of its time the hybrid may spend re-checking a drafter it does not use
@@ -221,9 +222,21 @@ def options(probs: np.ndarray, T, drafter: tuple[float, float, float, float] | N
     return out
 
 
+def measurements(state: dict, fixed=None) -> tuple[CallCosts, DrafterRounds]:
+    """What a costs file holds (Hybrid.state()): ValueError unless it is one, with plausible values."""
+    if not isinstance(state, dict) or state.get("format") != COSTS_FORMAT:
+        raise ValueError("not a costs file of this version")
+    rounds = state["drafter_rounds"]
+    if not isinstance(rounds, list) or len(rounds) != 5:
+        raise ValueError("damaged (drafter rounds)")
+    costs = CallCosts(fixed=fixed)
+    costs.load_state(state["costs"])
+    return costs, DrafterRounds.checked(rounds)
+
+
 class Hybrid:
     def __init__(self, lookup: LookupProposer | None, drafting: DraftModel | None, costs: CallCosts | None = None,
-                 explore_share: float = EXPLORE_SHARE, chaining: bool = True):
+                 rounds: DrafterRounds | None = None, explore_share: float = EXPLORE_SHARE, chaining: bool = True):
         if lookup is None and drafting is None:
             raise ValueError("the hybrid needs lookup, a drafter or both")
         self.lookup = lookup
@@ -231,7 +244,7 @@ class Hybrid:
         self.costs = costs or CallCosts()
         self.explore_share = explore_share
         self.chaining = chaining
-        self.rounds = DrafterRounds()
+        self.rounds = rounds or DrafterRounds()
         self._idle_s = 0.0  # seconds of rounds since the drafter last proposed
         self.choices = {}
 
@@ -312,24 +325,14 @@ class Hybrid:
     def state(self) -> dict:
         return {"format": COSTS_FORMAT, "costs": self.costs.state(), "drafter_rounds": self.rounds.values()}
 
-    def load_state(self, state: dict) -> None:
-        """ValueError (nothing changed) unless it is a costs file with plausible values."""
-        if not isinstance(state, dict) or state.get("format") != COSTS_FORMAT:
-            raise ValueError("not a costs file of this version")
-        rounds = state["drafter_rounds"]
-        if not isinstance(rounds, list) or len(rounds) != 5:
-            raise ValueError("damaged (drafter rounds)")
-        rounds = DrafterRounds.checked(rounds)
-        self.costs.load_state(state["costs"])
-        self.rounds = rounds
-
-    def end(self, weights_changed: bool = False, remember: bool = True) -> dict:
+    def end(self, weights_changed: bool = False, remember: bool = True) -> ProposerStats:
         accepted, proposed, calls = self.rounds.means()
-        stats = {"choices": dict(self.choices), "costs": self.costs.summary(),
-                 "drafter_estimate": {"accepted": accepted, "proposed": proposed, "calls": calls,
-                                      "tokens_per_s": self.drafter_value()}}
+        mine = HybridStats(dict(self.choices), self.costs.summary(),
+                           {"accepted": accepted, "proposed": proposed, "calls": calls,
+                            "tokens_per_s": self.drafter_value()})
+        stats = ProposerStats(hybrid=mine)
         if self.lookup is not None:
-            stats.update(self.lookup.end(weights_changed, remember))
+            stats.lookup = self.lookup.end(weights_changed, remember).lookup
         if self.drafting is not None:
-            stats.update(self.drafting.end(weights_changed, remember))
+            stats.drafter = self.drafting.end(weights_changed, remember).drafter
         return stats

@@ -22,6 +22,7 @@ import numpy as np
 
 from .lookup import MAX_MATCH, MAX_OCCURRENCES, Candidates, HistoryIndex, find_candidates
 from .proposers import Proposal, Round
+from .stats import LookupStats, ProposerStats
 
 LOOKUP = "lookup"
 N_FEATURES = 6
@@ -94,13 +95,13 @@ class LookupProposer:
         self._pending: tuple[int, list[int], np.ndarray] | None = None  # (start, tokens, features) to judge
         self._seq: list[int] | None = None
         self._last_doc: list[int] | None = None  # what this process last added to the history
-        self.counters = {}
+        self.counters = LookupStats()
 
     def begin(self, seq: list[int], config=None, rng=None) -> None:
         self._seq = seq
         self._pending = None
         self.scorer.begin()
-        self.counters = dict(queries=0, query_seconds=0.0, candidates=0)
+        self.counters = LookupStats()
 
     def propose(self, seq: list[int], budget: int, after: Proposal | None = None) -> Proposal:
         """The continuation lookup offers now (at most `budget` tokens), each with its P(accept), for the
@@ -112,9 +113,9 @@ class LookupProposer:
         x = self.scorer.features(c) if len(c) else np.zeros((0, N_FEATURES))
         probs = self.scorer.probs(x) if len(c) else np.zeros(0)
         self._pending = (len(seq), c.tokens, x) if len(c) else None
-        self.counters["queries"] += 1
-        self.counters["query_seconds"] += time.perf_counter() - t0
-        self.counters["candidates"] += len(c)
+        self.counters.queries += 1
+        self.counters.query_seconds += time.perf_counter() - t0
+        self.counters.candidates += len(c)
         return Proposal.point_masses(c.tokens, LOOKUP, probs)
 
     def observe(self, seq: list[int], rnd: Round) -> None:
@@ -133,7 +134,7 @@ class LookupProposer:
         if labels:
             self.scorer.learn(x[: len(labels)], np.array(labels))
 
-    def end(self, weights_changed: bool = False, remember: bool = True) -> dict:
+    def end(self, weights_changed: bool = False, remember: bool = True) -> ProposerStats:
         seq = self._seq or []
         if remember and self.history is not None and len(seq) >= 2:
             last = self._last_doc
@@ -143,6 +144,6 @@ class LookupProposer:
                 self.history.add(seq)
             self._last_doc = list(seq)
         c = self.counters
-        return {LOOKUP: {"queries": c["queries"], "query_ms_mean": 1000 * c["query_seconds"] / max(c["queries"], 1),
-                         "history_tokens": len(self.history) if self.history is not None else 0,
-                         "scorer_judged": self.scorer.judged}}
+        c.history_tokens = len(self.history) if self.history is not None else 0
+        c.scorer_judged = self.scorer.judged
+        return ProposerStats(lookup=c)

@@ -10,7 +10,7 @@ plays the same part):
                                  after: a proposal this one continues (its tokens are taken as
                                  if committed); a proposer that cannot continue one returns nothing
     observe(seq, round)          after every verified round; `seq` includes what it committed
-    end(weights_changed, remember) -> dict
+    end(weights_changed, remember) -> ProposerStats
                                  the generation is over (remember=False: keep nothing of it); statistics
 
 Proposers here: DraftModel (drafting.py: the cross-vocabulary drafter with the bridge,
@@ -124,4 +124,4 @@ class Proposer(Protocol):
 
     def observe(self, seq: list[int], rnd: Round) -> None: ...
 
-    def end(self, weights_changed: bool = False, remember: bool = True) -> dict: ...
+    def end(self, weights_changed: bool = False, remember: bool = True): ...  # -> stats.ProposerStats

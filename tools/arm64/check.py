@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             base = target_only.generate(ids, GenerationConfig(max_new_tokens=args.new_tokens, speculative=False))
             spec = pair.decoder.generate(ids, GenerationConfig(max_new_tokens=args.new_tokens, draft_len=4))
             result["prompts"].append({"prompt": text, "target_only": base.token_ids, "speculative": spec.token_ids,
-                                      "drafted": spec.stats["drafted"], "seconds": time.perf_counter() - start})
+                                      "drafted": spec.stats.drafted, "seconds": time.perf_counter() - start})
     (args.out / "result.json").write_text(json.dumps(result, indent=1))
     return 0
 

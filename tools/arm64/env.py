@@ -36,7 +36,7 @@ ROOT_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT_DIR))
 from omnidraft.atomic import write_bytes_atomic  # noqa: E402
 from omnidraft.errors import OmniDraftError  # noqa: E402
-from omnidraft.models import omnidraft_home  # noqa: E402
+from omnidraft.state import omnidraft_home  # noqa: E402
 from omnidraft.progress import stage  # noqa: E402
 
 SUITE = "bookworm"

@@ -23,7 +23,8 @@ from check import PROMPTS, TEXT_TOKENS  # noqa: E402
 
 def main() -> int:
     from omnidraft.export.executorch_export import quantize_linears
-    from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer, resolve_model_path
+    from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_model, load_tokenizer
+    from omnidraft.catalog import resolve_model_path
 
     torch.set_num_threads(2)
     print("| program | max abs difference | mean abs difference | largest logit | top-1 same |")

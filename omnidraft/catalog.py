@@ -1,0 +1,47 @@
+"""Which model a name means: the default models, the shipped small drafter, or a checkpoint folder.
+
+The one place a --target/--drafter value becomes a folder (preparing a default model or assembling
+the small drafter on first use). It sits above the model loaders and the small drafter's assembly,
+so loading a model never imports how a drafter is made.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import OmniDraftError
+from .models import DEFAULT_DRAFTER, DEFAULT_MODELS, DEFAULT_TARGET, DefaultModel, check_architecture, \
+    prepare_default_model
+from .progress import log
+
+
+def resolve_model_path(spec: str | None, default: DefaultModel) -> Path:
+    """Map a --target/--drafter value to a checkpoint folder, preparing defaults on demand."""
+    if spec is None or spec in DEFAULT_MODELS:
+        return prepare_default_model(DEFAULT_MODELS[spec] if spec else default)
+    if spec == "small":  # the shipped small drafter (small_drafter.py), assembled on first use
+        from .small_drafter import assemble
+
+        return assemble()
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise OmniDraftError(f"model path does not exist: {path}")
+    if not (path / "config.json").is_file():
+        raise OmniDraftError(f"not a Hugging Face checkpoint folder (no config.json): {path}")
+    check_architecture(path)
+    return path
+
+
+def resolve_pair_paths(target: str | None, drafter: str | None) -> tuple[Path, Path]:
+    """The (target, drafter) folders of a pair. With no drafter named, the default target gets the shipped
+    small drafter (the target taught it: fastest on ExecuTorch, benchmarks/README.md "Which drafter by
+    default") and any other target SmolLM2-135M-Instruct, which was not taught by it. A damaged or missing
+    small drafter is then a warning and SmolLM2 drafts; asked for by name, it is an error."""
+    target_path = resolve_model_path(target, DEFAULT_TARGET)
+    if drafter is not None or target not in (None, DEFAULT_TARGET.name):
+        return target_path, resolve_model_path(drafter, DEFAULT_DRAFTER)
+    try:
+        return target_path, resolve_model_path("small", DEFAULT_DRAFTER)
+    except OmniDraftError as e:
+        log(f"[omnidraft] warning: the shipped small drafter is not usable ({e}); drafting with {DEFAULT_DRAFTER.name}")
+        return target_path, resolve_model_path(None, DEFAULT_DRAFTER)
