@@ -13,7 +13,7 @@ from omnidraft.runtime.lookup import SEP, Candidates, Doc, HistoryIndex, find_ca
 from omnidraft.runtime.lookup_proposer import LookupProposer, LookupScorer, expected_accepted
 from omnidraft.runtime.stats import ProposerStats
 
-from .conftest import bigram_runner, byte_vocab, chi_square_p, exact_distribution, sample_law
+from .helpers import bigram_runner, byte_vocab, chi_square_p, exact_distribution, sample_law
 
 # Lookup always worth proposing, the drafter never: reproducible policy decisions whatever the machine's load.
 LOOKUP_PAYS = (1.0, 0.01, 100.0)
@@ -112,13 +112,36 @@ def test_hybrid_tries_the_drafter_and_drops_it_when_it_does_not_pay(tiny_target,
     # a drafter call costs 100 target steps here: even always right it could not pay, so it is never tried
     assert got.stats.proposers.hybrid.choices["drafter"] == 0
     drafting = DraftModel.between(tiny_target, target_vocab, tiny_drafter, draft_vocab)
-    dec = SpeculativeDecoder(tiny_target, target_vocab, Hybrid(None, drafting, CallCosts(fixed=(1.0, 0.01, 0.3)),
+    dec = SpeculativeDecoder(tiny_target, target_vocab, Hybrid(None, drafting, CallCosts(fixed=(1.0, 0.01, 0.1)),
                                                                explore_share=0.05))
     got = dec.generate(target_vocab.tokenizer.encode("Once upon a time"), GenerationConfig(40, draft_len=2))
     choices = got.stats.proposers.hybrid.choices
-    # at 0.3 of a target step the prior says try it; a random drafter is never right, so after its first
-    # round it is only re-checked when 5% of the time since covers a re-check (0.3 + 0.01 + catching up: ~7 rounds)
-    assert choices["none"] >= 30 and 2 <= choices["drafter"] <= 7
+    # at 0.1 of a target step the prior (0.35 per token) says try it; a random drafter is never right, so after
+    # its first round it is only re-checked when 5% of the time since covers a re-check (0.1 per drafter call +
+    # 0.01 per verified token + catching up: about 3-4 rounds of the target)
+    assert choices["none"] >= 28 and 2 <= choices["drafter"] <= 10
+
+
+def test_an_idle_drafter_catches_up_on_the_recent_text_only(tiny_target, tiny_drafter, target_vocab, draft_vocab):
+    """Catching up after a long idle stretch reads at most CATCHUP_WINDOW draft tokens (what a re-check is priced
+    at), and the output stays the target's own greedy output."""
+    from omnidraft.runtime.drafting import CATCHUP_WINDOW
+
+    prompt = target_vocab.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 12)
+    drafting = DraftModel.between(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    drafting.begin(prompt, GenerationConfig(24, draft_len=2), np.random.default_rng(0), read_prompt=False)
+    assert len(drafting.draft_seq) > CATCHUP_WINDOW + 32 and drafting.unread() == CATCHUP_WINDOW
+    tiny_target.forward(prompt, 0)
+    proposal = drafting.propose(prompt, 3)
+    assert proposal.calls[0][0] == CATCHUP_WINDOW and len(drafting.draft_seq) == CATCHUP_WINDOW
+
+    config = GenerationConfig(24, draft_len=2)
+    alone = SpeculativeDecoder(tiny_target, target_vocab).generate(prompt, config).token_ids
+    drafting = DraftModel.between(tiny_target, target_vocab, tiny_drafter, draft_vocab)
+    hybrid = SpeculativeDecoder(tiny_target, target_vocab, Hybrid(None, drafting, CallCosts(fixed=(1.0, 0.01, 0.1)),
+                                                                  explore_share=0.05))
+    got = hybrid.generate(prompt, config)
+    assert got.token_ids == alone and got.stats.proposers.hybrid.choices["drafter"] >= 1
 
 
 def test_a_drafter_that_pays_is_used_every_round_and_not_benched_by_a_bad_start():
@@ -324,7 +347,7 @@ def test_an_unwritable_history_folder_warns_and_loses_nothing_else(tmp_path, tin
 
 
 def test_the_hybrid_keeps_its_measured_costs_between_runs(tmp_path, tiny_checkpoints):
-    from .conftest import run_cli
+    from .helpers import run_cli
 
     args = ("generate", "--prompt", "one two one two one", "--max-new-tokens", "12", "--json", "--threads", "1",
             "--draft-len", "3", "--target", tiny_checkpoints["target"], "--drafter", tiny_checkpoints["drafter"])

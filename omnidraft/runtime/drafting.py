@@ -4,8 +4,9 @@ when to stop drafting.
 
 The drafter keeps its own view of the committed text (`draft_seq`, in draft tokens) and
 reads it lazily: whatever its cache does not hold yet (the prompt, text committed while
-another proposer proposed) is read in the first call of its next draft ("catching up"),
-so a generation in which it never drafts never runs it. After a round it drafted, the
+another proposer proposed) is read in the first call of its next draft ("catching up",
+at most the latest CATCHUP_WINDOW tokens), so a generation in which it never drafts never
+runs it. After a round it drafted, the
 tokens the target accepted stay in its cache and the rest is rolled back. It can also
 continue another proposal (`after`, a lookup prefix): it then reads that proposal's text
 as if committed and drafts what follows. Every round teaches the n-gram cache how the
@@ -22,6 +23,7 @@ import numpy as np
 from ..errors import OmniDraftError
 from .acceptance import NO_HEAD, draft_labels
 from .bridge import NGRAM, Translation, VocabBridge
+from .choices import DraftPolicy
 from .draft_length import DraftLength
 from .ngram_cache import NGramCache
 from .proposers import Proposal, Round
@@ -29,6 +31,10 @@ from .runner import ModelRunner, prefill, reuse
 from .stats import DrafterStats, ProposerStats
 
 DRAFTER = "drafter"
+# Catching up reads at most this many of the latest draft tokens: a drafter that was idle while much text was
+# committed (the hybrid's lazy start, or its re-checks) restarts its context from the recent text rather than
+# reading it all, so what a re-check costs stays bounded whatever the length of the conversation.
+CATCHUP_WINDOW = 64
 
 
 @dataclass
@@ -70,7 +76,7 @@ class DraftModel:
     def begin(self, seq: list[int], config, rng: np.random.Generator, read_prompt: bool = True) -> None:
         """A generation starts; the drafter reads the prompt now (the prompt's processing, as the target's), or
         with read_prompt=False when it first drafts, if ever (the hybrid, when the drafter may not be used)."""
-        if config.draft_policy == "auto" and not self.drafter.has_head:
+        if config.draft_policy == DraftPolicy.AUTO and not self.drafter.has_head:
             raise OmniDraftError(NO_HEAD)
         self._config, self._rng = config, rng
         key = (config.draft_policy, config.draft_len, config.max_draft_len, config.gamma)
@@ -91,7 +97,11 @@ class DraftModel:
         return self._length[1]
 
     def unread(self) -> int:
-        """Draft tokens of the committed text its cache does not hold yet (what its next draft reads first)."""
+        """Draft tokens its next draft reads first: the committed text its cache does not hold yet, at most
+        CATCHUP_WINDOW of them."""
+        return min(self._behind(), CATCHUP_WINDOW)
+
+    def _behind(self) -> int:
         cached, seq = self.drafter.tokens, self.draft_seq
         keep, limit = 0, min(self.drafter.position, len(seq) - 1)
         while keep < limit and cached[keep] == seq[keep]:
@@ -101,6 +111,9 @@ class DraftModel:
     def propose(self, seq: list[int], budget: int, after: Proposal | None = None) -> Proposal:
         """Up to `budget` target tokens drafted after `seq` (and after `after`'s tokens, when given)."""
         self._last = None
+        if self._behind() > CATCHUP_WINDOW:  # restart from the recent text (see CATCHUP_WINDOW)
+            self.draft_seq = self.draft_seq[-CATCHUP_WINDOW:]
+            self.drafter.rollback(0)
         spelled = self.bridge.spell(after.target_ids) if after is not None and len(after) else []
         if after is not None and len(after) and not spelled:
             return Proposal()  # the continued text has no spelling here

@@ -156,8 +156,8 @@ class DrafterRounds:
     not all it proposed) from a prior worth `judged` tokens, so one unlucky round cannot bench the drafter.
     """
 
-    hits: float = 2.0
-    judged: float = 4.0
+    hits: float = 1.4  # the prior: 0.35 per judged token, the shipped small drafter's acceptance on open-ended
+    judged: float = 4.0  # text (benchmarks/RESULTS.md, "Which drafter by default"), worth 4 judged tokens
     rounds: float = 1.0
     proposed: float = 1.5
     calls: float = 1.5

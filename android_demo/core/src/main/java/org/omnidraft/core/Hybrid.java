@@ -25,7 +25,7 @@ public final class Hybrid {
     private Double smallestCall; // the quickest drafter call seen: a bound on its step until one is timed
     private Double catchup; // EMA of extra seconds per token read in a catching-up call
     // the drafter's recent rounds: accepted and judged tokens, rounds, proposed tokens, calls (decayed sums)
-    final double[] rounds = {2.0, 4.0, 1.0, 1.5, 1.5};
+    final double[] rounds = {1.4, 4.0, 1.0, 1.5, 1.5};
     private double idleSeconds; // rounds since the drafter last proposed, as the cost model prices them
     public final double exploreShare;
     public boolean chaining = true;

@@ -22,6 +22,9 @@ public final class SpeculativeLoop {
         }
     }
 
+    /** Catching up reads at most this many of the latest draft tokens (omnidraft/runtime/drafting.py). */
+    static final int CATCHUP_WINDOW = 64;
+
     private final ModelRunner target;
     private final ModelRunner drafter; // null: target-only decoding through the same loop
     private final VocabBridge bridge;
@@ -98,7 +101,7 @@ public final class SpeculativeLoop {
             if (lookup != null && maxProps > 0) {
                 cands = lookup.find(seq, Math.min(maxProps, maxLookup), useHistory);
                 x = LookupScorer.features(cands);
-                int unread = speculative ? draftSeq.size() - common(drafter, draftSeq) : 0;
+                int unread = speculative ? Math.min(draftSeq.size() - common(drafter, draftSeq), CATCHUP_WINDOW) : 0;
                 int[] decision = hybrid.choose(scorer.probs(x), speculative && !draftSeq.isEmpty(), length.maxLen, maxProps,
                         unread);
                 choice = decision[0];
@@ -108,6 +111,10 @@ public final class SpeculativeLoop {
             if (choice == Hybrid.LOOKUP || choice == Hybrid.CHAIN) looked = Proposal.lookup(cands.tokens.subList(0, lookupLen));
             if ((choice == Hybrid.DRAFTER || choice == Hybrid.CHAIN) && speculative && maxProps > looked.size()
                     && !draftSeq.isEmpty()) {
+                if (draftSeq.size() - common(drafter, draftSeq) > CATCHUP_WINDOW) { // restart from the recent text
+                    draftSeq.subList(0, draftSeq.size() - CATCHUP_WINDOW).clear();
+                    drafter.rollback(0);
+                }
                 List<Integer> context = new ArrayList<>(draftSeq);
                 if (looked.size() > 0) {
                     spelledPrefix = bridge.identity ? new ArrayList<>(looked.targetIds)
