@@ -16,6 +16,7 @@ from . import options as opt
 from .cli_build import cmd_draft_head, cmd_export, cmd_make_drafter, cmd_prepare
 from .errors import OmniDraftError
 from .progress import quiet_libraries
+from .runtime.choices import Backend, DraftPolicy
 
 EXIT_USER_ERROR = 1
 EXIT_USAGE = 2
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--max-new-tokens", type=opt.positive_int, default=32)
     ad.add_argument("--chat", action="store_true", help="apply the target's chat template to every prompt")
     ad.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    opt.add_model_options(ad, backends=("eager", "executorch"))
+    opt.add_model_options(ad, backends=(Backend.EAGER, Backend.EXECUTORCH))
     opt.add_sampling_options(ad)
     opt.add_proposal_options(ad)
     opt.add_adapt_options(ad, always=True)
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--chat", action="store_true", help="with --prompt: apply the chat template")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write report.json and PNG plots here")
     sim.add_argument("--max-new-tokens", type=opt.positive_int, default=128)
-    opt.add_model_options(sim, backends=("onnxruntime",), eager_models=False)
+    opt.add_model_options(sim, backends=(Backend.ONNXRUNTIME,), eager_models=False)
     opt.add_sampling_options(sim)
     opt.add_proposal_options(sim)
     opt.add_adapt_options(sim)
@@ -211,7 +212,7 @@ def cmd_generate(args) -> int:
         "text": result.text, **s.to_json(), "target": pair.target_name, "drafter": pair.drafter_name,
         "backend": pair.decoder.target.backend, "speculative": not args.no_speculation,
         "stop_reason": result.stop_reason, "prompt_tokens": len(ids),
-        "draft_len": pair.draft.get("draft_len") if pair.draft.get("draft_policy") == "fixed"
+        "draft_len": pair.draft.get("draft_len") if pair.draft.get("draft_policy") == DraftPolicy.FIXED
         else pair.draft.get("draft_policy"),
         "temperature": args.temperature, "threads": torch.get_num_threads(),
         "proposer": None if args.no_speculation else args.proposer,

@@ -24,12 +24,13 @@ from .atomic import write_bytes_atomic
 from .runtime.lookup import Doc, HistoryIndex
 from .runtime.lookup_proposer import N_FEATURES, LookupProposer, LookupScorer
 from .state import locked, set_aside
+from .store import StateFile, StateFileError
 
 FORMAT = "omnidraft-lookup-history"
 VERSION = 1
 
 
-class HistoryFileError(Exception):
+class HistoryFileError(StateFileError):
     """Unreadable, damaged, or made for another target tokenizer."""
 
 
@@ -85,16 +86,11 @@ def open_lookup(path: Path | None, fingerprint: str, vocab_size: int, max_tokens
                 reset: bool = False) -> LookupProposer:
     """The profile's lookup proposer, its history read from `path` (None: context only, nothing saved)."""
     history = HistoryIndex(max_tokens)
-    if path is None or not path.exists():
+    read = StateFile("lookup history", path, "starting a fresh history").open(
+        lambda p: read_history(p, fingerprint, vocab_size), lambda: None, warn, reset)
+    if read is None:
         return LookupProposer(history)
-    if reset:
-        set_aside(path, "reset", "adaptation reset: starting a fresh lookup history", warn)
-        return LookupProposer(history)
-    try:
-        docs, scorer = read_history(path, fingerprint, vocab_size)
-    except HistoryFileError as e:
-        set_aside(path, "bad", f"lookup history {path.name} is {e}; starting a fresh history", warn)
-        return LookupProposer(history)
+    docs, scorer = read
     total = sum(len(d.tokens) for d in docs)
     if total > max_tokens:
         warn(f"[omnidraft] warning: the lookup history holds {total} tokens, more than the limit of {max_tokens}: "

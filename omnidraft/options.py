@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .errors import OmniDraftError
 from .progress import log
+from .runtime.choices import Backend, DraftPolicy, ProposerKind
 
 
 def int_at_least(minimum: int):
@@ -64,16 +65,16 @@ def open_probability(text: str) -> float:
     return value
 
 
-def draft_len(text: str) -> int | str:
-    if text in ("auto", "heuristic"):
-        return text
+def draft_len(text: str) -> int | DraftPolicy:
+    if text in (DraftPolicy.AUTO, DraftPolicy.HEURISTIC):
+        return DraftPolicy(text)
     if not text.strip().lstrip("+-").isdigit():
         raise argparse.ArgumentTypeError(f"expected a number, 'auto' or 'heuristic', got {text!r}")
     return positive_int(text)
 
 
 # -- option groups --------------------------------------------------------------------------
-def add_model_options(p, backends=("eager", "executorch", "onnxruntime"), eager_models: bool = True) -> None:
+def add_model_options(p, backends=tuple(Backend), eager_models: bool = True) -> None:
     if eager_models:
         p.add_argument("--target", help="target checkpoint folder (default: Gemma-3-270M)")
         p.add_argument("--drafter", help="drafter checkpoint folder, small (the shipped small drafter) or "
@@ -97,7 +98,7 @@ def add_sampling_options(p) -> None:
 
 
 def add_proposal_options(p) -> None:
-    p.add_argument("--proposer", choices=("hybrid", "drafter", "lookup"), default="hybrid",
+    p.add_argument("--proposer", choices=tuple(ProposerKind), default=ProposerKind.HYBRID,
                    help="who proposes tokens: each round the better of lookup and the drafter (hybrid), "
                         "the drafter alone, or lookup alone (no drafter loaded)")
     p.add_argument("--no-history", action="store_true",
@@ -170,7 +171,7 @@ def pair_options(args, speculative: bool = True, adapt: bool = False, **override
 
     fields = dict(
         target=getattr(args, "target", None), drafter=getattr(args, "drafter", None),
-        backend=getattr(args, "backend", "eager"), bundle=args.bundle, threads=args.threads,
+        backend=getattr(args, "backend", Backend.EAGER), bundle=args.bundle, threads=args.threads,
         max_context=getattr(args, "max_context", 512), speculative=speculative, proposer=args.proposer,
         use_ngram_cache=not args.no_ngram_cache, use_history=not args.no_history,
         history_tokens=args.history_tokens, draft_len=args.draft_len, max_draft_len=args.max_draft_len,

@@ -10,6 +10,7 @@ build their pairs here.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from .models import DEFAULT_TARGET, load_model, load_vocab
 from .catalog import resolve_model_path, resolve_pair_paths
 from .progress import log
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
+from .runtime.choices import Backend, DraftPolicy, ProposerKind
 from .runtime.decoding import SpeculativeDecoder
 from .runtime.drafting import DraftModel
 from .runtime.bridge import VocabBridge
@@ -31,11 +33,8 @@ from .runtime.lookup_proposer import LookupProposer
 from .runtime.ngram_cache import CacheFileError, NGramCache, load_or_fresh
 from .runtime.runner import EagerRunner
 from .runtime.vocab import Vocab
+from .store import StateFile
 
-# Who proposes tokens: the drafter and lookup under the hybrid policy (the CLI's default),
-# the drafter alone, or lookup alone (no drafter model is loaded).
-PROPOSERS = ("hybrid", "drafter", "lookup")
-BACKENDS = ("eager", "executorch", "onnxruntime")
 
 @dataclass
 class PairOptions:
@@ -43,17 +42,17 @@ class PairOptions:
 
     target: str | None = None  # checkpoint folder (eager); default Gemma-3-270M
     drafter: str | None = None  # checkpoint folder (eager); default: models.resolve_pair_paths
-    backend: str = "eager"
+    backend: Backend = Backend.EAGER
     bundle: Path | None = None  # exported bundle (executorch and onnxruntime backends)
     threads: int | None = None
     max_context: int = 512  # eager target's KV cache (the drafter gets twice as much)
     speculative: bool = True  # False: the target alone, through the same loop (the baseline)
-    proposer: str = "drafter"
+    proposer: ProposerKind = ProposerKind.DRAFTER  # the CLI's default is the hybrid (lookup and the drafter)
     use_ngram_cache: bool = True
     ngram_cache_size: int = 20_000
     use_history: bool = True  # lookup: read and write the profile's history (else the current text only)
     history_tokens: int = 1_000_000
-    draft_len: int | str | None = None  # N, "auto" or "heuristic"; None: auto when the drafter has a head, else 4
+    draft_len: int | DraftPolicy | None = None  # N, auto or heuristic; None: auto when the drafter has a head, else 4
     max_draft_len: int | None = None  # None: 8, or the bundle's exported maximum if smaller
     gamma: float = 0.5
     predictor: object = None  # PredictorConfig for the acceptance head's online training (auto)
@@ -125,31 +124,26 @@ class Pair:
         """Save what the pair learned online (n-gram cache, acceptance head, lookup history); warn, never fail."""
         from .lookup_history import save_lookup
 
-        lookup, hybrid = self.lookup, self.hybrid
-        tv = self.target_vocab
-        for what, item, path in (("n-gram cache", self.ngram_cache, self.cache_path),
-                                 ("acceptance head", self.predictor, self.predictor_path),
-                                 ("lookup history", lookup, self.history_path),
-                                 ("measured costs", hybrid, self.costs_path)):
-            if item is None or path is None:
-                continue
-            try:
-                if item is lookup:
-                    save_lookup(path, lookup, tv.fingerprint, len(tv), log)
-                elif item is hybrid:
-                    import json
+        for store, write in self._stores():
+            store.save(write, log)
 
-                    from .atomic import write_bytes_atomic
+    def _stores(self):
+        """(StateFile, writer) of each piece of learned state this pair keeps (store.py)."""
+        from .atomic import write_bytes_atomic
+        from .lookup_history import save_lookup
 
-                    write_bytes_atomic(path, json.dumps(hybrid.state()).encode())
-                elif item is self.ngram_cache:
-                    item.save(path, self.vocab_sizes())
-                else:
-                    item.save(path)
-            except OSError as e:
-                log(f"[omnidraft] warning: could not save the {what} to {path}: {e.strerror or e}")
-            except Exception as e:  # noqa: BLE001 - a bug must not cost the user what was generated
-                log(f"[omnidraft] warning: could not save the {what} to {path}: {type(e).__name__}: {e}")
+        tv, cache, predictor, lookup, hybrid = (self.target_vocab, self.ngram_cache, self.predictor, self.lookup,
+                                                 self.hybrid)
+        if cache is not None:
+            yield StateFile("n-gram cache", self.cache_path), lambda p: cache.save(p, self.vocab_sizes())
+        if predictor is not None:
+            yield StateFile("acceptance head", self.predictor_path), predictor.save
+        if lookup is not None:
+            yield StateFile("lookup history", self.history_path), \
+                lambda p: save_lookup(p, lookup, tv.fingerprint, len(tv), log)
+        if hybrid is not None and self.costs_path is not None:
+            yield StateFile("measured costs", self.costs_path), \
+                lambda p: write_bytes_atomic(p, json.dumps(hybrid.state()).encode())
 
     def vocab_sizes(self) -> tuple[int, int] | None:
         """(drafter, target) vocabulary sizes: the range of ids a state file may hold."""
@@ -165,16 +159,17 @@ def check_profile(profile: str) -> None:
 
 def open_pair(o: PairOptions) -> Pair:
     """The pair the options describe, fully wired; every option is checked before any model loads."""
-    if o.proposer not in PROPOSERS:
-        raise OmniDraftError(f"proposer {o.proposer!r}: choose from {', '.join(PROPOSERS)}")
-    if o.backend not in BACKENDS:
-        raise OmniDraftError(f"backend {o.backend!r}: choose from {', '.join(BACKENDS)}")
+    if o.proposer not in set(ProposerKind):
+        raise OmniDraftError(f"proposer {o.proposer!r}: choose from {', '.join(ProposerKind)}")
+    if o.backend not in set(Backend):
+        raise OmniDraftError(f"backend {o.backend!r}: choose from {', '.join(Backend)}")
+    o = replace(o, proposer=ProposerKind(o.proposer), backend=Backend(o.backend))
     check_profile(o.profile)
     _clean_state_folders()
-    with_drafter = o.speculative and o.proposer != "lookup"
+    with_drafter = o.speculative and o.proposer != ProposerKind.LOOKUP
     if o.adapt is not None and not with_drafter:
         raise OmniDraftError("adaptation trains the drafter: use --proposer hybrid or drafter, with speculation")
-    if o.backend == "eager":
+    if o.backend == Backend.EAGER:
         if o.bundle is not None:
             raise OmniDraftError("--bundle runs on --backend executorch or onnxruntime, not eager")
         if o.max_context < 2:
@@ -197,10 +192,10 @@ def open_pair(o: PairOptions) -> Pair:
         seed = bundle.root / bundle.manifest.ngram_cache if bundle and bundle.manifest.ngram_cache else None
         cache, pair.cache_path = _open_cache(bridge, drafter_name, target_name, o, seed)
         predictor = None
-        if pair.draft["draft_policy"] == "auto":
+        if pair.draft["draft_policy"] == DraftPolicy.AUTO:
             predictor, pair.predictor_path = _open_predictor(drafter.head, bridge, drafter_name, target_name, o)
         pair.drafting = DraftModel(drafter, bridge, cache, predictor)
-    if o.proposer != "drafter":
+    if o.proposer != ProposerKind.DRAFTER:
         from .lookup_history import open_lookup
 
         fp = pair.target_vocab.fingerprint
@@ -208,7 +203,7 @@ def open_pair(o: PairOptions) -> Pair:
         pair.lookup = open_lookup(pair.history_path, fp, len(pair.target_vocab), o.history_tokens, log, o.reset)
     if o.adapt is not None:
         pair.adapter, pair.adapter_path = _open_adapter(pair, pair.drafting, o)
-    if o.proposer == "drafter":
+    if o.proposer == ProposerKind.DRAFTER:
         proposer = pair.drafting
     else:
         proposer = pair.hybrid = Hybrid(pair.lookup, pair.drafting, *_load_costs(pair, target, drafter))
@@ -219,18 +214,11 @@ def open_pair(o: PairOptions) -> Pair:
 def _load_costs(pair: Pair, target, drafter) -> tuple:
     """(costs, drafter rounds) the hybrid measured on this machine in earlier runs, or (None, None): fresh
     (a damaged or implausible file is set aside)."""
-    import json
-
     if pair.drafting is None:
         return None, None
     pair.costs_path = path = state.costs_path(pair.target_name, pair.drafter_name, f"{target.backend}-{drafter.backend}")
-    if not path.exists():
-        return None, None
-    try:
-        return measurements(json.loads(path.read_bytes()))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        state.set_aside(path, "bad", f"costs file {path.name} is unreadable or damaged ({e}); measuring afresh", log)
-        return None, None
+    return StateFile("costs file", path, "measuring afresh").open(
+        lambda p: measurements(json.loads(p.read_bytes())), lambda: (None, None), log)
 
 
 def _clean_state_folders() -> None:
@@ -289,13 +277,13 @@ def _draft_options(o: PairOptions, drafter, bundle) -> dict:
     cap = o.max_draft_len if o.max_draft_len is not None else min(8, bundle_max or 8)
     draft_len = o.draft_len
     if draft_len is None:
-        draft_len = "auto" if drafter is None or drafter.has_head else min(4, cap)
-    if draft_len == "auto" and drafter is not None and not drafter.has_head:
+        draft_len = DraftPolicy.AUTO if drafter is None or drafter.has_head else min(4, cap)
+    if draft_len == DraftPolicy.AUTO and drafter is not None and not drafter.has_head:
         raise OmniDraftError(NO_HEAD)
     if bundle is not None:
         bundle.check_draft_len(draft_len if isinstance(draft_len, int) else cap)
     fixed = isinstance(draft_len, int)
-    return {"draft_policy": "fixed" if fixed else draft_len, "draft_len": draft_len if fixed else 4,
+    return {"draft_policy": DraftPolicy.FIXED if fixed else DraftPolicy(draft_len), "draft_len": draft_len if fixed else 4,
             "max_draft_len": cap, "gamma": o.gamma}
 
 
@@ -321,14 +309,12 @@ def _open_predictor(head, bridge: VocabBridge, drafter_name, target_name, o: Pai
 
     predictor = AcceptancePredictor(head, o.predictor)
     path = state.head_path(drafter_name, target_name, bridge.pair_id, o.profile)
-    if path.exists() and o.reset:
-        state.set_aside(path, "reset", "adaptation reset: starting a fresh acceptance head", log)
-    elif path.exists():
-        try:
-            predictor.load(path)
-        except ValueError as e:
-            state.set_aside(path, "bad", f"acceptance head {path.name} is {e}; starting a fresh head", log)
-    return predictor, path
+
+    def resume(p: Path) -> AcceptancePredictor:
+        predictor.load(p)
+        return predictor
+
+    return StateFile("acceptance head", path, "starting a fresh head").open(resume, lambda: predictor, log, o.reset), path
 
 
 def _open_adapter(pair: Pair, drafting: DraftModel, o: PairOptions):
@@ -349,7 +335,7 @@ def _open_adapter(pair: Pair, drafting: DraftModel, o: PairOptions):
         raise OmniDraftError(str(e)) from None
 
 
-def open_runner(bundle, role: str, backend: str, threads: int | None, graph: str | None = None):
+def open_runner(bundle, role: str, backend: Backend, threads: int | None, graph: str | None = None):
     """A runner over the bundle's graph for `role` on `backend` (onnxruntime or executorch).
 
     graph: another of the role's graphs by its bundle.json key (e.g. "executorch_lora", whose runner
@@ -358,7 +344,7 @@ def open_runner(bundle, role: str, backend: str, threads: int | None, graph: str
     entry = bundle.model(role)
     meta = entry.to_dict()
     path = bundle.root / entry.graphs[graph] if graph else bundle.graph_path(role, backend)
-    if backend == "onnxruntime":
+    if backend == Backend.ONNXRUNTIME:
         from .runtime.onnx_runner import OnnxRunner
 
         return OnnxRunner(path, meta, threads=threads, name=role)
@@ -375,7 +361,7 @@ def build_eager_pair(target: str | None = None, drafter: str | None = None, spec
                                  use_ngram_cache=use_ngram_cache, **options))
 
 
-def build_bundle_pair(bundle_dir, backend: str, speculative: bool = True, threads: int | None = None,
+def build_bundle_pair(bundle_dir, backend: Backend, speculative: bool = True, threads: int | None = None,
                       use_ngram_cache: bool = True, **options) -> Pair:
     """open_pair over an exported bundle (the benchmarks' and tests' shorthand)."""
     return open_pair(PairOptions(bundle=Path(bundle_dir), backend=backend, speculative=speculative, threads=threads,

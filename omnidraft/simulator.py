@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .atomic import write_bytes_atomic
 from .errors import OmniDraftError
+from .runtime.choices import Backend, ProposerKind
 from .runtime.decoding import GenerationConfig
 
 
@@ -95,7 +96,7 @@ class Simulator:
             "bundle": str(self.pair.bundle.root),
             "target": self.pair.target_name,
             "drafter": self.pair.drafter_name,
-            "backend": "onnxruntime",
+            "backend": Backend.ONNXRUNTIME,
             "drafter_backend": self.pair.drafter.backend if self.pair.drafter else None,
             "adapter": str(self.pair.adapter_path) if self.pair.adapter_path else None,
             "rss_after_load_mb": self.rss_after_load,
@@ -139,15 +140,16 @@ def run(args) -> int:
     from . import options as opt
 
     args.threads = opt.threads(args.threads)
-    sim = Simulator(opt.pair_options(args, adapt=args.adapt, backend="onnxruntime",
-                                     drafter_backend="executorch" if args.adapt else None))
+    sim = Simulator(opt.pair_options(args, adapt=args.adapt, backend=Backend.ONNXRUNTIME,
+                                     drafter_backend=Backend.EXECUTORCH if args.adapt else None))
     chat = args.chat or args.prompt is None
 
     def config():
         return opt.generation_config(args, sim.pair, chat)
 
     learning = f", drafter learning on ExecuTorch (profile {args.profile})" if args.adapt else ""
-    proposing = {"hybrid": f"lookup + {sim.pair.drafter_name}", "drafter": sim.pair.drafter_name, "lookup": "lookup"}
+    proposing = {ProposerKind.HYBRID: f"lookup + {sim.pair.drafter_name}", ProposerKind.DRAFTER: sim.pair.drafter_name,
+                 ProposerKind.LOOKUP: "lookup"}
     print(f"[simulator] {proposing[args.proposer]} -> {sim.pair.target_name} on onnxruntime{learning}, "
           f"threads {args.threads or 'default'}, RSS {sim.rss_after_load:.0f} MB after load", file=sys.stderr)
     if args.prompt is not None:

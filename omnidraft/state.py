@@ -57,7 +57,7 @@ def set_aside(path: Path, tag: str, message: str, warn) -> Path | None:
         if aside.exists():
             continue
         try:
-            os.link(path, aside)  # fails if `aside` appeared meanwhile: never overwrites
+            os.link(path, aside, follow_symlinks=False)  # fails if `aside` appeared meanwhile: never overwrites
             os.unlink(path)
         except FileExistsError:
             continue

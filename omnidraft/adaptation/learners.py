@@ -22,6 +22,7 @@ import torch
 
 from ..draft_head import refresh_draft_head
 from ..errors import OmniDraftError
+from ..runtime.choices import Backend
 from .examples import Example, Mapping, padded_batch, unit_hits
 from .lora import LoRALinear, add_lora, check_fits, copy_into, forget_merged, lora_parameters
 from .loss import Batch, batch_loss, greedy_acceptance
@@ -238,12 +239,12 @@ def learner_for(bundle, drafting, config, init=None):
         raise OmniDraftError("adaptation needs a drafter (drop --no-speculation)")
     if bundle is not None:
         return _executorch_learner(bundle, drafting, config, init)
-    if drafter.backend == "eager":
+    if drafter.backend == Backend.EAGER:
         return drafter.model
     raise OmniDraftError(f"adaptation runs on the eager or executorch backend, not {drafter.backend}")
 
 
-def lora_input_names(bundle, backend: str = "executorch") -> list[str]:
+def lora_input_names(bundle, backend: Backend = Backend.EXECUTORCH) -> list[str]:
     """The drafter's LoRA tensors in the order the bundle's programs take them."""
     return [name for name, _shape in training_section(bundle, backend)["lora_inputs"]]
 
@@ -271,7 +272,7 @@ def training_section(bundle, backend: str) -> dict:
     training = bundle.manifest.training
     if not training:
         raise OmniDraftError("--adapt needs a bundle exported --with-training (its LoRA training program)")
-    if backend != "executorch":
+    if backend != Backend.EXECUTORCH:
         raise OmniDraftError("on-device adaptation runs on --backend executorch (its training program)")
     if "update" not in training:
         raise OmniDraftError("the bundle's training program is of an older format (version 3, SGD through ExecuTorch's "

@@ -26,6 +26,7 @@ import torch
 
 from ..atomic import write_bytes_atomic
 from ..state import locked, set_aside
+from ..store import StateFile, StateFileError
 from .examples import Example, ExampleBuilder, Mapping
 from .learners import EagerLearner
 from .lora import LoRAConfig
@@ -36,7 +37,7 @@ FORMAT = "omnidraft-adapter"
 VERSION = 1
 
 
-class AdapterFileError(Exception):
+class AdapterFileError(StateFileError):
     """The adapter file is unreadable, corrupt or belongs to another drafter/pair/config."""
 
 
@@ -252,12 +253,13 @@ class OnlineAdapter:
         }
         buf = io.BytesIO()
         torch.save(payload, buf)
-        try:
-            write_bytes_atomic(self.state_path, buf.getvalue())
-            self._disk_mark = _stamp(self.state_path.stat())  # under the file's lock: no one replaced it since
-        except OSError as e:  # full disk, read-only folder: keep adapting in memory
-            if self.warn:
-                self.warn(f"[omnidraft] warning: could not save the adapter to {self.state_path}: {e.strerror or e}")
+
+        def write(path: Path) -> None:
+            write_bytes_atomic(path, buf.getvalue())
+            self._disk_mark = _stamp(path.stat())  # under the file's lock: no one replaced it since
+
+        # full disk, read-only folder: a warning, and adapting goes on in memory
+        StateFile("adapter", self.state_path).save(write, self.warn or (lambda message: None))
 
     def load(self, path: Path) -> None:
         """Restore a saved adapter; AdapterFileError if it is not ours."""
@@ -314,18 +316,13 @@ def guard_keeps(after: float, floor: float, units: int, margin: float) -> bool:
 def attach(model, bridge, config: AdaptConfig, state_path: Path | None, meta: dict, reset: bool, warn) -> OnlineAdapter:
     """An adapter for `model`, resumed from `state_path` unless reset; a bad file is set aside."""
     adapter = OnlineAdapter(model, bridge, config, state_path, meta, warn)
-    if state_path is None or not state_path.exists():
+
+    def resume(path: Path) -> OnlineAdapter:
+        adapter.load(path)
+        warn(f"[omnidraft] resumed adapter {path.name} ({adapter.stats.updates} updates so far)")
         return adapter
-    if reset:
-        set_aside(state_path, "reset", "adaptation reset: starting a fresh adapter", warn)
-        return adapter
-    try:
-        adapter.load(state_path)
-    except AdapterFileError as e:
-        set_aside(state_path, "bad", f"adapter {state_path.name} is {e}; starting a fresh adapter", warn)
-    else:
-        warn(f"[omnidraft] resumed adapter {state_path.name} ({adapter.stats.updates} updates so far)")
-    return adapter
+
+    return StateFile("adapter", state_path, "starting a fresh adapter").open(resume, lambda: adapter, warn, reset)
 
 
 def _stamp(st: os.stat_result) -> tuple:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import OmniDraftError
 from ..progress import log
+from .choices import DraftPolicy
 from .draft_length import DraftLength
 from .drafting import DraftModel
 from .proposers import Proposal, Proposer, Round
@@ -50,7 +51,7 @@ class GenerationConfig:
     # How many tokens to draft (draft_length.py): "fixed" (draft_len), "heuristic"
     # (+2/-1 from draft_len) or "auto" (the acceptance head, threshold gamma); the
     # adaptive ones never draft more than max_draft_len.
-    draft_policy: str = "fixed"
+    draft_policy: DraftPolicy = DraftPolicy.FIXED
     max_draft_len: int = 8
     gamma: float = 0.5
 
@@ -58,6 +59,7 @@ class GenerationConfig:
         if self.max_new_tokens < 1:
             raise OmniDraftError("max new tokens must be at least 1")
         self.draft_length()  # validates the policy and its numbers
+        self.draft_policy = DraftPolicy(self.draft_policy)
 
     def draft_length(self) -> DraftLength:
         return DraftLength(self.draft_policy, self.draft_len, self.max_draft_len, self.gamma)

@@ -13,41 +13,42 @@ Both adaptive policies are capped by `max_len` (the bundle's exported maximum).
 from __future__ import annotations
 
 from ..errors import OmniDraftError
-
-POLICIES = ("fixed", "heuristic", "auto")
+from .choices import DraftPolicy
 
 
 class DraftLength:
     """One round at a time: `budget()` before drafting, `stop(p)` after each token, `observe` after verifying."""
 
-    def __init__(self, policy: str = "fixed", k: int = 4, max_len: int = 8, gamma: float = 0.5):
-        if policy not in POLICIES:
+    def __init__(self, policy: DraftPolicy | str = DraftPolicy.FIXED, k: int = 4, max_len: int = 8,
+                 gamma: float = 0.5):
+        if policy not in set(DraftPolicy):
             raise OmniDraftError(f"draft length {policy!r}: use a number, 'heuristic' or 'auto'")
+        policy = DraftPolicy(policy)
         if not 0 < gamma < 1:
             raise OmniDraftError("gamma must be in (0, 1)")
         if k < 1 or max_len < 1:
             raise OmniDraftError("draft length must be at least 1")
         self.policy = policy
-        self.max_len = max_len if policy != "fixed" else k
+        self.max_len = max_len if policy != DraftPolicy.FIXED else k
         self.k = min(k, self.max_len)
         self.gamma = gamma
         self._survive = 1.0
 
     @property
     def needs_head(self) -> bool:
-        return self.policy == "auto"
+        return self.policy == DraftPolicy.AUTO
 
     def budget(self) -> int:
         self._survive = 1.0
-        return self.max_len if self.policy == "auto" else self.k
+        return self.max_len if self.policy == DraftPolicy.AUTO else self.k
 
     def stop(self, accept_prob: float | None) -> bool:
         """After drafting a token: stop here?"""
-        if self.policy != "auto":
+        if self.policy != DraftPolicy.AUTO:
             return False
         self._survive *= float(accept_prob)
         return 1.0 - self._survive > self.gamma
 
     def observe(self, proposed: int, accepted: int) -> None:
-        if self.policy == "heuristic" and proposed:
+        if self.policy == DraftPolicy.HEURISTIC and proposed:
             self.k = min(self.max_len, self.k + 2) if accepted == proposed else max(1, self.k - 1)

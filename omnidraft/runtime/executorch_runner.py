@@ -14,11 +14,12 @@ import sys
 import numpy as np
 
 from ..errors import OmniDraftError
+from .choices import Backend
 from .runner import ModelRunner, Step
 
 
 class ExecuTorchRunner(ModelRunner):
-    backend = "executorch"
+    backend = Backend.EXECUTORCH
 
     def __init__(self, path, meta: dict, name: str = "model", extra_shapes: list | None = None):
         import torch

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import write_bytes_atomic
-from ..state import locked, set_aside
+from ..state import locked
+from ..store import StateFile, StateFileError
 
 FORMAT = "omnidraft-ngram-cache"
 VERSION = 1
 
 
-class CacheFileError(Exception):
+class CacheFileError(StateFileError):
     """The cache file is unreadable, corrupt or belongs to another pair."""
 
 
@@ -165,13 +166,6 @@ def _is_int(value, low: int, high: int | None = None) -> bool:
 
 def load_or_fresh(path: Path, pair_id: str, max_entries: int, warn,
                   vocab_sizes: tuple[int, int] | None = None) -> NGramCache:
-    """Load the pair's cache; a corrupt, foreign or out-of-range file is set aside, never fatal."""
-    if not path.exists():
-        return NGramCache(pair_id, max_entries)
-    try:
-        return NGramCache.load(path, pair_id, max_entries, vocab_sizes)
-    except FileNotFoundError:  # another process set it aside meanwhile
-        return NGramCache(pair_id, max_entries)
-    except CacheFileError as e:
-        set_aside(path, "bad", f"n-gram cache {path.name} is {e}; starting a fresh cache", warn)
-        return NGramCache(pair_id, max_entries)
+    """Load the pair's cache; a corrupt, foreign or out-of-range file is set aside, never fatal (store.py)."""
+    return StateFile("n-gram cache", path, "starting a fresh cache").open(
+        lambda p: NGramCache.load(p, pair_id, max_entries, vocab_sizes), lambda: NGramCache(pair_id, max_entries), warn)

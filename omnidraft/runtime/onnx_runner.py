@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OmniDraftError
+from .choices import Backend
 from .runner import ModelRunner, Step
 
 
 class OnnxRunner(ModelRunner):
-    backend = "onnxruntime"
+    backend = Backend.ONNXRUNTIME
 
     def __init__(self, path, meta: dict, threads: int | None = None, name: str = "model"):
         import onnxruntime as ort

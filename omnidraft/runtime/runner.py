@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import OmniDraftError
 from .acceptance import AcceptanceHead, head_outputs
+from .choices import Backend
 
 
 class Step(NamedTuple):
@@ -124,7 +125,7 @@ def prefill(runner: ModelRunner, seq: list[int]) -> int:
 class EagerRunner(ModelRunner):
     """A Hugging Face causal LM in eager PyTorch with a static KV cache."""
 
-    backend = "eager"
+    backend = Backend.EAGER
 
     def __init__(self, model, max_context: int, name: str = "model", head: AcceptanceHead | None = None):
         import torch
