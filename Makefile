@@ -114,8 +114,8 @@ bench-adapt-device: prepare
 
 # Everything side by side (target-only, HF assisted generation, eager / ExecuTorch /
 # onnxruntime, with and without the n-gram cache, auto draft length, LoRA-adapted).
-# SUITE_ARGS picks the systems, e.g. --drafter DIR --bundle DIR (see README); the default is the
-# measured run in benchmarks/README.md (about one hour on 2 cores).
+# SUITE_ARGS picks the systems, e.g. --drafter DIR --bundle DIR (docs/usage.md); the default is the
+# four-system run in benchmarks/JOURNAL.md, "Lookup and the hybrid" (about one hour on 2 cores).
 SUITE_ARGS ?= --drafter default --bundle $(BUNDLES)/et-fp32:executorch --bundle $(BUNDLES)/et-8da8w:executorch \
 	--bundle $(BUNDLES)/onnx-fp32:onnxruntime --warmup 4 --prompts 4 --threads 2
 bench-suite: bundles

@@ -54,7 +54,7 @@ TARGETS = {
                                    rms_norm_eps=1e-6, tie_word_embeddings=True)),
 }
 # Acceptance per drafted token with the adaptive draft length, measured on the real pair
-# (benchmarks/README.md: the full drafter 0.65-0.68 in the suite, the 4-layer drafter 0.21).
+# (benchmarks/RESULTS.md: the full drafter 0.65-0.68 in the suite, the 4-layer drafter 0.21).
 ACCEPTANCE = {"smollm2-135m": 0.65, "smollm2-4l": 0.21, "smollm2-4l-head16k": 0.21}
 HEAD_TOKENS = 16384  # smollm2-4l-head16k: the 4-layer drafter with make-drafter's default draft head
 K_MAX = 8

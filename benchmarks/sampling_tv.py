@@ -1,7 +1,7 @@
 """How far cross-vocabulary speculative sampling moves the output law, on a setting small enough to enumerate.
 
 A bigram target over {A, B, C, AB} and a bigram drafter over {A, B, C, BC}
-(tests/conftest.py: letters_cross_pair): target "AB" is two draft tokens (an
+(tests/helpers.py: letters_cross_pair): target "AB" is two draft tokens (an
 n-gram merge once the cache has learnt it), draft "BC" has no target twin (a
 split). For several random table pairs, the exact law of 3-token outputs is
 enumerated and compared with the empirical law of `--runs` seeded generations,
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT))
 from common import save_results  # noqa: E402
-from tests.conftest import chi_square_p, exact_distribution, letters_cross_pair, sample_law  # noqa: E402
+from tests.helpers import chi_square_p, exact_distribution, letters_cross_pair, sample_law  # noqa: E402
 
 N_TOKENS = 3
 

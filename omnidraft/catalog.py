@@ -34,9 +34,12 @@ def resolve_model_path(spec: str | None, default: DefaultModel) -> Path:
 
 def resolve_pair_paths(target: str | None, drafter: str | None) -> tuple[Path, Path]:
     """The (target, drafter) folders of a pair. With no drafter named, the default target gets the shipped
-    small drafter (the target taught it: fastest on ExecuTorch, benchmarks/README.md "Which drafter by
+    small drafter (the target taught it: fastest on ExecuTorch, benchmarks/RESULTS.md "Which drafter by
     default") and any other target SmolLM2-135M-Instruct, which was not taught by it. A damaged or missing
     small drafter is then a warning and SmolLM2 drafts; asked for by name, it is an error."""
+    for spec in (target, drafter):  # a bad folder is reported before any default model is prepared
+        if spec is not None and spec not in DEFAULT_MODELS and spec != "small":
+            resolve_model_path(spec, DEFAULT_TARGET)
     target_path = resolve_model_path(target, DEFAULT_TARGET)
     if drafter is not None or target not in (None, DEFAULT_TARGET.name):
         return target_path, resolve_model_path(drafter, DEFAULT_DRAFTER)

@@ -62,8 +62,19 @@ ARCHITECTURES = {
 }
 
 
+def models_root() -> Path:
+    """$OMNIDRAFT_HOME/models, where prepared models live; one clear error when it is a dangling link or a file."""
+    root = omnidraft_home() / "models"
+    if root.is_symlink() and not root.exists():
+        raise OmniDraftError(f"{root} is a link to {os.readlink(root)}, which does not exist (or loops): "
+                             "create that folder or remove the link")
+    if root.exists() and not root.is_dir():
+        raise OmniDraftError(f"{root} is not a folder: move it away (prepared models are kept there)")
+    return root
+
+
 def default_model_dir(model: DefaultModel) -> Path:
-    return omnidraft_home() / "models" / model.name
+    return models_root() / model.name
 
 
 def prepare_default_model(model: DefaultModel) -> Path:

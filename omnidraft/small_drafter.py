@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .atomic import atomic_directory
 from .errors import OmniDraftError
-from .models import DEFAULT_DRAFTER, default_model_dir, prepare_default_model
+from .models import DEFAULT_DRAFTER, default_model_dir, models_root, prepare_default_model
 from .state import omnidraft_home
 from .progress import log, stage
 
@@ -32,7 +32,7 @@ FORMAT = "omnidraft-drafter-delta"
 
 
 def model_dir() -> Path:
-    return omnidraft_home() / "models" / "omnidraft-small"
+    return models_root() / "omnidraft-small"
 
 
 def sha256(path: Path) -> str:

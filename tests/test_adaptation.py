@@ -23,7 +23,7 @@ from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.ngram_cache import NGramCache
 from omnidraft.runtime.runner import EagerRunner
 
-from .conftest import tiny_model
+from .helpers import tiny_model
 
 PROMPT = "def greet(name):\n    return 'Hello, ' + name  # café 中文"
 

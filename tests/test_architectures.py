@@ -25,7 +25,7 @@ from omnidraft.runtime.executorch_runner import ExecuTorchRunner, load_custom_op
 from omnidraft.runtime.onnx_runner import OnnxRunner
 from omnidraft.runtime.runner import EagerRunner
 
-from .conftest import random_model
+from .helpers import random_model
 from .test_export import assert_close
 
 # One decoder layer: what tells the families apart lies within a layer, and a layer's cache kept apart

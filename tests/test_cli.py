@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from .conftest import HANG_GUARD_SECONDS, run_cli
+from .helpers import HANG_GUARD_SECONDS, run_cli
 
 
 def run(*args, home=None):
@@ -182,3 +182,13 @@ def test_the_installed_entry_point(tmp_path, tiny_checkpoints):
                          "--target", str(tiny_checkpoints["target"]), "--drafter", str(tiny_checkpoints["drafter"])],
                         capture_output=True, text=True, env=env, timeout=HANG_GUARD_SECONDS)
     assert ok.returncode == 0 and "[speculative] 4 tokens" in ok.stderr, ok.stderr
+
+
+def test_models_folder_a_dangling_link_is_one_line(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(tmp_path / "nowhere", target_is_directory=True)
+    assert_one_line_error(run("generate", "--prompt", "x", home=home), "which does not exist")
+    (home / "models").unlink()
+    (home / "models").write_text("not a folder")
+    assert_one_line_error(run("generate", "--prompt", "x", home=home), "is not a folder")

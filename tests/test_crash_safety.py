@@ -12,7 +12,7 @@ import pytest
 
 from omnidraft.runtime.ngram_cache import NGramCache
 
-from .conftest import HANG_GUARD_SECONDS
+from .helpers import HANG_GUARD_SECONDS
 
 SAVER = r"""
 import sys
@@ -59,7 +59,7 @@ from omnidraft.models import DEFAULT_DRAFTER, load_tokenizer
 from omnidraft.catalog import resolve_model_path
 from omnidraft.runtime.bridge import VocabBridge
 from omnidraft.runtime.vocab import Vocab
-from tests.conftest import tiny_model
+from tests.helpers import tiny_model
 
 path, = sys.argv[1:]
 drafter = resolve_model_path(None, DEFAULT_DRAFTER)
@@ -87,7 +87,7 @@ def test_sigkill_while_saving_the_adapter_never_corrupts(tmp_path, trials, draft
     from omnidraft.adaptation.online import AdaptConfig, attach
     from omnidraft.runtime.bridge import VocabBridge
 
-    from .conftest import tiny_model
+    from .helpers import tiny_model
 
     path = tmp_path / "adapter.pt"
     rng = np.random.default_rng(1)

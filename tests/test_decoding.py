@@ -13,7 +13,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.runner import EagerRunner
 
-from .conftest import (bigram_runner, byte_vocab, chi_square_p, exact_distribution, letters_cross_pair, sample_law,
+from .helpers import (bigram_runner, byte_vocab, chi_square_p, exact_distribution, letters_cross_pair, sample_law,
                        tiny_model)
 
 PROMPTS = [

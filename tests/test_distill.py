@@ -12,7 +12,7 @@ from omnidraft.distill import DistillConfig, distill
 from omnidraft.student import kept_layers, make_student
 from omnidraft.errors import OmniDraftError
 
-from .conftest import HANG_GUARD_SECONDS, tiny_model
+from .helpers import HANG_GUARD_SECONDS, tiny_model
 
 
 @pytest.fixture(scope="module")

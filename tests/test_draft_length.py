@@ -14,7 +14,7 @@ from omnidraft.runtime.drafting import DraftModel
 from omnidraft.runtime.runner import EagerRunner
 from omnidraft.runtime.sampling import Sampler
 
-from .conftest import tiny_model
+from .helpers import tiny_model
 
 
 def test_heuristic_grows_by_two_after_full_acceptance_and_shrinks_by_one():

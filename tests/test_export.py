@@ -19,7 +19,7 @@ from omnidraft.pair import build_bundle_pair, open_runner
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.runner import EagerRunner
 
-from .conftest import TINY_HEAD_TOKENS, TINY_MAX_DRAFT, WITHOUT_TRAINING, damaged_copy, edit_manifest, run_cli, tiny_model
+from .helpers import TINY_HEAD_TOKENS, TINY_MAX_DRAFT, WITHOUT_TRAINING, damaged_copy, edit_manifest, run_cli, tiny_model
 
 MAX_DRAFT = TINY_MAX_DRAFT
 BACKENDS = ["onnxruntime", "executorch"]

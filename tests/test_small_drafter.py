@@ -12,7 +12,7 @@ from omnidraft.errors import OmniDraftError
 from omnidraft.models import load_model
 from omnidraft.catalog import resolve_pair_paths
 
-from .conftest import run_cli
+from .helpers import run_cli
 
 pytestmark = pytest.mark.real
 

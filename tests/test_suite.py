@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import HANG_GUARD_SECONDS, TINY_MAX_DRAFT
+from .helpers import HANG_GUARD_SECONDS, TINY_MAX_DRAFT
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,7 +19,7 @@ from omnidraft.runtime.runner import EagerRunner
 from omnidraft.runtime.vocab import Vocab
 from omnidraft.tokenizer_families import FAMILIES, ground_truth, prepare_families
 
-from .conftest import random_model
+from .helpers import random_model
 
 pytestmark = pytest.mark.real
 # The reference (llama.cpp; tiktoken for cl100k) and transformers split one of the 46 test

@@ -24,8 +24,8 @@ from omnidraft.pair import build_bundle_pair
 from omnidraft.adaptation.learners import learner_for as learner_for_pair
 from omnidraft.runtime.decoding import GenerationConfig
 
-from .conftest import TINY_WINDOW as WINDOW
-from .conftest import WITHOUT_TRAINING, damaged_copy, edit_manifest, tiny_lora
+from .helpers import TINY_WINDOW as WINDOW
+from .helpers import WITHOUT_TRAINING, damaged_copy, edit_manifest, tiny_lora
 
 LORA = tiny_lora()
 LR = 0.05

@@ -46,7 +46,7 @@ class ExportOptions:
 
     draft_head: keep the drafter folder's draft head (omnidraft/draft_head.py) in its graphs. Off by
     default: on ExecuTorch the full head is faster (the shipped small drafter: c 0.24 -> 0.22 at 8da8w,
-    0.25 -> 0.16 at 8da4w; benchmarks/README.md "Which drafter by default"), the draft head pays on eager.
+    0.25 -> 0.16 at 8da4w; benchmarks/RESULTS.md "Which drafter by default"), the draft head pays on eager.
     The training program's window and batch default to the online adapter's (AdaptConfig)."""
 
     target: str | None = None

@@ -26,7 +26,7 @@ def quantize_linears(model, quant: str, group_size: int = 32) -> None:
     Per-token activation scales keep each position independent of the others in
     a call, so verifying k tokens at once equals decoding them one by one.
     Gemma-3-270M (itself converted from a Q4_K_M GGUF) loses top-1 agreement
-    under int4 weights; int8 weights keep it (see README).
+    under int4 weights; int8 weights keep it (docs/usage.md, "Export and run on-device graphs").
     """
     from torchao.quantization import quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup

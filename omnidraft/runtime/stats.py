@@ -138,7 +138,7 @@ class GenerationStats:
         return self.drafter.draft_tokens / max(self.drafter.rounds, 1)
 
     def to_json(self) -> dict:
-        """The statistics part of `generate --json` (README, Usage)."""
+        """The statistics part of `generate --json` (docs/usage.md)."""
         d, p = self.drafter, self.proposers
         lookup = None if p.lookup is None else {
             "queries": p.lookup.queries, "query_ms_mean": p.lookup.query_ms_mean,

@@ -5,7 +5,7 @@
 Same text and positions as check.py's logits (the prompts' first 64 tokens), default pair.
 The arm64-against-x86 difference of an 8da8w program is read against this: two int8
 approximations of the same fp32 model differ from each other about as much as each
-differs from fp32 (benchmarks/README.md, "arm64 under emulation").
+differs from fp32 (benchmarks/RESULTS.md, "arm64 under emulation").
 """
 
 from __future__ import annotations
