@@ -53,9 +53,10 @@ test-java: golden
 	java -Xmx1500m -cp $(JAVA_BUILD)/classes:$(JUNIT_CP) -Domnidraft.golden=$(JAVA_BUILD)/golden \
 		-Domnidraft.models=$(HOME_DIR)/models -Domnidraft.tokenizers=$(HOME_DIR)/tokenizers org.omnidraft.core.TestMain
 
+# No model converted and nothing exported: tiny random models with the real configurations and tokenizers.
 test-fast: install
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q tests -n 2 --dist loadfile -m "not real and not bundles and not arm64"
+	$(BIN)/python -m pytest -q tests -n 2 --dist loadfile -m "not real and not bundles and not arm64 and not slow"
 
 # Real-pair exports: 8-10 minutes of XNNPACK lowering per model; built once, reused.
 bundles: prepare

@@ -11,22 +11,40 @@ import torch
 
 from omnidraft.catalog import resolve_model_path
 from omnidraft.draft_head import write_head
-from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer
+from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, default_model_dir, load_tokenizer
 from omnidraft.runtime.runner import EagerRunner
 from omnidraft.runtime.vocab import Vocab
 from omnidraft.state import omnidraft_home
 
-from .helpers import TINY_HEAD_TOKENS, TINY_MAX_DRAFT, TINY_WINDOW, shared_dir, tiny_lora, tiny_model
+from .helpers import (TINY_HEAD_TOKENS, TINY_MAX_DRAFT, TINY_WINDOW, shared_dir, tiny_lora, tiny_model,
+                      write_model_spec)
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="session")
-def target_path():
-    return resolve_model_path(None, DEFAULT_TARGET)
+def _prepared_or_spec(model, tmp_path_factory, worker_id):
+    """The default model's prepared folder when the machine has it, else a folder with only its configuration
+    and tokenizer, read from its GGUF (no weights converted): all that tiny random models need."""
+    prepared = default_model_dir(model)
+    if (prepared / "omnidraft-source.json").exists():
+        return prepared
+    return shared_dir(tmp_path_factory, worker_id, f"spec-{model.name}", lambda out: write_model_spec(model, out))
 
 
 @pytest.fixture(scope="session")
-def drafter_path():
+def target_path(tmp_path_factory, worker_id):
+    """Gemma-3-270M's configuration and tokenizer (weights only if prepared: use real_target_path for those)."""
+    return _prepared_or_spec(DEFAULT_TARGET, tmp_path_factory, worker_id)
+
+
+@pytest.fixture(scope="session")
+def drafter_path(tmp_path_factory, worker_id):
+    """SmolLM2-135M-Instruct's configuration and tokenizer (weights only if prepared: real_drafter_path)."""
+    return _prepared_or_spec(DEFAULT_DRAFTER, tmp_path_factory, worker_id)
+
+
+@pytest.fixture(scope="session")
+def real_drafter_path():
+    """SmolLM2-135M-Instruct with its weights, prepared on first use (tests marked real)."""
     return resolve_model_path(None, DEFAULT_DRAFTER)
 
 

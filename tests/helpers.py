@@ -47,6 +47,19 @@ def tiny_model(checkpoint, seed: int, init_std: float = 0.5, sliding_window: int
     return random_model(config, seed)
 
 
+def write_model_spec(model, out: Path) -> None:
+    """A default model's configuration and tokenizer, read from its GGUF without converting a weight (the same
+    tokenizer files `omnidraft prepare` writes): what the tiny random models of the fast tier need."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    gguf = model.gguf_path()
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(out)
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(out)
+
+
 def random_model(config, seed: int):
     """A random-init model of `config`, its norm weights spread too, in eval mode."""
     from transformers import AutoModelForCausalLM

@@ -28,6 +28,8 @@ from omnidraft.runtime.runner import EagerRunner
 from .helpers import random_model
 from .test_export import assert_close
 
+pytestmark = pytest.mark.slow  # exports (make test runs it; make test-fast does not)
+
 # One decoder layer: what tells the families apart lies within a layer, and a layer's cache kept apart
 # from the next one's is the shared 2-layer bundle's check (test_export.py). Each layer costs the
 # ExecuTorch lowering about 6 s on a 2-core machine, the suite's dominant cost.

@@ -78,6 +78,7 @@ while True:  # every save: all LoRA tensors and the update counter hold the same
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trials", [int(os.environ.get("OMNIDRAFT_CRASH_TRIALS", "4"))])
 def test_sigkill_while_saving_the_adapter_never_corrupts(tmp_path, trials, drafter_path, draft_vocab):
     """Killed at any moment, a restart resumes the last complete adapter: old or new, never torn."""
@@ -168,6 +169,7 @@ def test_full_disk_save_warns_and_keeps_old_file(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.json", "cache.json.lock", "head.npz.lock"]
 
 
+@pytest.mark.slow
 def test_soak_command_reports_memory_cache_rollbacks_and_acceptance(tmp_path, tiny_checkpoints):
     """The soak's long variant (benchmarks/soak.py --generations 1000) in miniature, on tiny models."""
     import json

@@ -60,6 +60,7 @@ def test_distill_lowers_kl_and_resumes(tmp_path, teacher_dir):
         distill(teacher_dir, tmp_path / "student", DistillConfig(layers=2, tokens=1024, seq_len=32, batch=16))
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes(tmp_path, tiny_checkpoints):
     """Data-parallel, taught by the target: each process makes its own shards of the teacher cache."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")

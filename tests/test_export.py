@@ -21,6 +21,8 @@ from omnidraft.runtime.runner import EagerRunner
 
 from .helpers import TINY_HEAD_TOKENS, TINY_MAX_DRAFT, WITHOUT_TRAINING, damaged_copy, edit_manifest, run_cli, tiny_model
 
+pytestmark = pytest.mark.slow  # exports (make test runs it; make test-fast does not)
+
 MAX_DRAFT = TINY_MAX_DRAFT
 BACKENDS = ["onnxruntime", "executorch"]
 

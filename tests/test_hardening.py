@@ -119,6 +119,7 @@ def test_damaged_acceptance_head_is_set_aside_at_load(home, tiny_checkpoints):
                    "warning at load, file set aside, fresh head; the run completes"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, damage, needle", [
     ("bundle.json `files` is a list", lambda m: m.update(files=[]), "files"),
     ("bundle.json `files` maps to numbers", lambda m: m.update(files={k: 1 for k in m["files"]}), "files."),

@@ -27,9 +27,9 @@ def test_the_shipped_delta_is_small_and_says_how_it_was_made():
     assert head["tokens"] == len(head["token_ids"])
 
 
-def test_assembly_is_smollm2_with_the_shipped_layers(tmp_path, drafter_path):
+def test_assembly_is_smollm2_with_the_shipped_layers(tmp_path, real_drafter_path):
     out = small_drafter.assemble(out=tmp_path / "small")
-    model, base = load_model(out), load_model(drafter_path)
+    model, base = load_model(out), load_model(real_drafter_path)
     manifest = small_drafter.read_manifest()
     assert model.config.num_hidden_layers == len(manifest["layers_kept"])
     assert torch.equal(model.get_input_embeddings().weight, base.get_input_embeddings().weight)

@@ -6,11 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .helpers import HANG_GUARD_SECONDS, TINY_MAX_DRAFT
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_suite_runs_every_method_on_eager_executorch_and_onnxruntime(tmp_path, tiny_checkpoints, tiny_bundle):
     out = tmp_path / "suite"
     proc = subprocess.run(

@@ -27,6 +27,8 @@ from omnidraft.runtime.decoding import GenerationConfig
 from .helpers import TINY_WINDOW as WINDOW
 from .helpers import WITHOUT_TRAINING, damaged_copy, edit_manifest, tiny_lora
 
+pytestmark = pytest.mark.slow  # exports (make test runs it; make test-fast does not)
+
 LORA = tiny_lora()
 LR = 0.05
 
