@@ -61,16 +61,25 @@ public class LookupTest {
         assertTrue(cases >= 10);
     }
 
+    /** A target that loops over a short cycle: text that repeats itself, as lookup likes. */
+    private static LoopTest.Bigram cyclingTarget(Tokenizer tt) {
+        int[] next = new int[tt.size()];
+        for (int t = 0; t < tt.size(); t++) next[t] = 1000 + (t * 31) % 7;
+        return new LoopTest.Bigram(tt.size(), 128, 1, next);
+    }
+
+    private static List<Integer> repeatingPrompt(Tokenizer tt) {
+        List<Integer> prompt = new ArrayList<>(List.of(2));
+        prompt.addAll(tt.encode("one two three one two three one two"));
+        return prompt;
+    }
+
     @Test
     public void greedyWithLookupEqualsTargetOnlyAndLookupIsAccepted() throws Exception {
         Tokenizer dt = Golden.drafter(), tt = Golden.target();
         VocabBridge bridge = new VocabBridge(dt, tt);
-        // a target that loops over a short cycle: text that repeats itself, as lookup likes
-        int[] next = new int[tt.size()];
-        for (int t = 0; t < tt.size(); t++) next[t] = 1000 + (t * 31) % 7;
-        LoopTest.Bigram target = new LoopTest.Bigram(tt.size(), 128, 1, next);
-        List<Integer> prompt = new ArrayList<>(List.of(2));
-        prompt.addAll(tt.encode("one two three one two three one two"));
+        LoopTest.Bigram target = cyclingTarget(tt);
+        List<Integer> prompt = repeatingPrompt(tt);
         SpeculativeLoop.Result base = new SpeculativeLoop(target, null, bridge, List.of(), null)
                 .generate(prompt, 40, new DraftLength(DraftLength.Policy.FIXED, 1, 1, 0.5), new Sampler(0, 1), Math::random, Set.of(), 2);
         for (boolean withDrafter : new boolean[] {false, true}) {
@@ -94,11 +103,8 @@ public class LookupTest {
     public void chainsOfLookupAndTheDrafterStayExact() throws Exception {
         Tokenizer dt = Golden.drafter(), tt = Golden.target();
         VocabBridge bridge = new VocabBridge(dt, tt);
-        int[] next = new int[tt.size()];
-        for (int t = 0; t < tt.size(); t++) next[t] = 1000 + (t * 31) % 7;
-        LoopTest.Bigram target = new LoopTest.Bigram(tt.size(), 128, 1, next);
-        List<Integer> prompt = new ArrayList<>(List.of(2));
-        prompt.addAll(tt.encode("one two three one two three one two"));
+        LoopTest.Bigram target = cyclingTarget(tt);
+        List<Integer> prompt = repeatingPrompt(tt);
         DraftLength fixed = new DraftLength(DraftLength.Policy.FIXED, 2, 2, 0.5);
         SpeculativeLoop.Result base = new SpeculativeLoop(target, null, bridge, List.of(), null)
                 .generate(prompt, 40, fixed, new Sampler(0, 1), Math::random, Set.of(), 2);
