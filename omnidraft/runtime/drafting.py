@@ -27,7 +27,7 @@ from .choices import DraftPolicy
 from .draft_length import DraftLength
 from .ngram_cache import NGramCache
 from .proposers import Proposal, Round
-from .runner import ModelRunner, prefill, reuse
+from .runner import ModelRunner, common_prefix, prefill, reuse
 from .stats import DrafterStats, ProposerStats
 
 DRAFTER = "drafter"
@@ -102,11 +102,7 @@ class DraftModel:
         return min(self._behind(), CATCHUP_WINDOW)
 
     def _behind(self) -> int:
-        cached, seq = self.drafter.tokens, self.draft_seq
-        keep, limit = 0, min(self.drafter.position, len(seq) - 1)
-        while keep < limit and cached[keep] == seq[keep]:
-            keep += 1
-        return len(seq) - keep
+        return len(self.draft_seq) - common_prefix(self.drafter, self.draft_seq)
 
     def propose(self, seq: list[int], budget: int, after: Proposal | None = None) -> Proposal:
         """Up to `budget` target tokens drafted after `seq` (and after `after`'s tokens, when given)."""

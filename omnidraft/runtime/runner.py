@@ -103,13 +103,19 @@ class ModelRunner(ABC):
         head, the features [F] of the last position with its acceptance probability."""
 
 
-def reuse(runner: ModelRunner, seq: list[int]) -> int:
-    """Keep what the runner's cache already holds of seq[:-1] (a chat's earlier turns), forget the rest."""
+def common_prefix(runner: ModelRunner, seq: list[int]) -> int:
+    """How much of seq[:-1] the runner's cache already holds."""
     keep = 0
     cached = runner.tokens
     limit = min(runner.position, len(seq) - 1)
     while keep < limit and cached[keep] == seq[keep]:
         keep += 1
+    return keep
+
+
+def reuse(runner: ModelRunner, seq: list[int]) -> int:
+    """Keep what the runner's cache already holds of seq[:-1] (a chat's earlier turns), forget the rest."""
+    keep = common_prefix(runner, seq)
     runner.rollback(keep)
     return keep
 
