@@ -40,7 +40,7 @@ test: prepare
 # (real tokenizers from $(HOME_DIR)/models), plus a compile check of the app's
 # ExecuTorch runner against stubs of ExecuTorch's Java API. Prints "N passed, N failed".
 golden: prepare
-	$(BIN)/python -m omnidraft.golden --out $(JAVA_BUILD)/golden
+	$(BIN)/python tools/golden.py --out $(JAVA_BUILD)/golden
 
 test-java: golden
 	bash android_demo/tools/install_java.sh

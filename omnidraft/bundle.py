@@ -45,6 +45,11 @@ training program, version 2 also custom operators, version 1 also acceptance hea
                       {optimizer "adam", betas, eps, clip}, kernels "portable" | "xnnpack" (version 4), lora {rank, alpha,
                       targets}, lora_inputs [[name, shape], ...]}; the drafter's graphs
                       then also hold "executorch_train" and "executorch_lora"
+    policy            optional (bundles exported since 2026-12-07): the runtime's decision
+                      constants and the adaptation schedule, so the app reads them rather than
+                      copying them (omnidraft/export/policy.py writes it); POLICY_FIELDS below
+                      lists every field and its kind; the Python runtime reads the same values
+                      from its own modules (they are the section's source)
     files             {relative path: {size, sha256}} for every file above
 
 Graph signature (ONNX): inputs input_ids [1, n] int64, position_ids [1, n] int64,
@@ -88,6 +93,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -101,6 +107,18 @@ QUANTS = ("none", "8da4w", "8da8w", "int8")
 EMBEDDING_QUANTS = ("none", "int8", "int4")
 ROLES = ("target", "drafter")
 BACKEND_FORMATS = {"onnxruntime": "onnx", "executorch": "executorch"}
+# the policy section: "share" a number in (0, 1], "positive" a number > 0, "count" an integer >= 1,
+# an integer n: a list of n finite numbers (android_demo's Policy.java checks the same)
+POLICY_FIELDS = {
+    "hybrid": {"explore_share": "share", "carry": "positive", "min_call_s": "positive", "max_call_s": "positive",
+               "prior_c": "positive", "prior_slope": "positive", "ridge": "positive", "cost_decay": "share",
+               "step_ema": "share", "rounds_decay": "share", "rounds_prior": 5},
+    "drafting": {"catchup_window": "count", "max_lookup": "count"},
+    "lookup": {"max_match": "count", "max_candidates": "count", "max_occurrences": "count", "scorer_prior": 6,
+               "scorer_lr": "positive", "scorer_fast_lr": "positive", "scorer_max_offset": "positive"},
+    "adaptation": {"lr": "positive", "every": "count", "steps": "count", "buffer": "count", "holdout_every": "count",
+                   "holdout": "count", "replay": "count", "warmup": "count", "guard_margin": "positive"},
+}
 
 
 def sha256_file(path: Path) -> str:
@@ -184,6 +202,7 @@ class Manifest:
     training: dict | None = None
     created: str = ""
     version: int = VERSION
+    policy: dict | None = None
 
     @classmethod
     def parse(cls, manifest: dict) -> Manifest:
@@ -225,11 +244,14 @@ class Manifest:
                                                 for i in ids), key)
         cache = manifest.get("ngram_cache")
         _need(cache is None or (_relative(cache, "ngram_cache") in files), "ngram_cache")
+        policy = manifest.get("policy")
+        if policy is not None:
+            check_policy(policy)
         return cls(manifest.get("max_context", entries["target"].max_context), manifest["max_draft_len"],
                    manifest.get("quant", "none"), str(manifest.get("pair_id", "")), entries, files,
                    manifest.get("versions", {}), manifest.get("embedding_quant", "none"), manifest.get("eos_ids", []),
                    manifest.get("chat_eos_ids", []), cache, training or None, str(manifest.get("created", "")),
-                   manifest["version"])
+                   manifest["version"], policy)
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "version": self.version, "created": self.created, "max_context": self.max_context,
@@ -237,7 +259,7 @@ class Manifest:
                 "pair_id": self.pair_id, "versions": self.versions,
                 "models": {role: entry.to_dict() for role, entry in self.models.items()},
                 "eos_ids": self.eos_ids, "chat_eos_ids": self.chat_eos_ids, "ngram_cache": self.ngram_cache,
-                "training": self.training, "files": self.files}
+                "training": self.training, "policy": self.policy, "files": self.files}
 
     def write(self, path: Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
@@ -317,6 +339,26 @@ def read_manifest(raw, path: Path) -> Manifest:
     except (KeyError, TypeError, ValueError) as e:
         field = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
         raise ManifestError(f"bundle.json in {path.parent} is missing field (or has a bad value) {e}", field) from None
+
+
+def check_policy(policy) -> None:
+    """ValueError naming the first field of a policy section that is missing or out of its range."""
+    _need(isinstance(policy, dict), "policy")
+    for section, fields in POLICY_FIELDS.items():
+        values = policy.get(section)
+        _need(isinstance(values, dict), f"policy.{section}")
+        for name, kind in fields.items():
+            v, where = values.get(name), f"policy.{section}.{name}"
+            if isinstance(kind, int):
+                _need(isinstance(v, list) and len(v) == kind and all(_finite(x) for x in v), where)
+            elif kind == "count":
+                _positive(v, where)
+            else:
+                _need(_finite(v) and v > 0 and (kind == "positive" or v <= 1), where)
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _need(ok: bool, field: str) -> None:

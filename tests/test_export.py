@@ -15,6 +15,7 @@ import pytest
 
 from omnidraft.bundle import load_bundle
 from omnidraft.errors import OmniDraftError
+from omnidraft.export.policy import policy
 from omnidraft.pair import build_bundle_pair, open_runner
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
 from omnidraft.runtime.runner import EagerRunner
@@ -52,6 +53,7 @@ def test_bundle_manifest(bundle_dir):
     assert any(rel.startswith("tokenizers/target/") for rel in m["files"])
     assert m["versions"]["torch"] and m["versions"]["executorch"] and m["versions"]["onnx"]
     assert not list(bundle_dir.parent.glob(".*partial"))
+    assert m["policy"] == policy() and b.manifest.policy == policy()  # the runtime's constants, for the app
 
 
 def test_an_export_leaves_the_draft_head_out_unless_asked(bundle_dir, tiny_checkpoints, tmp_path, monkeypatch):
@@ -160,6 +162,7 @@ def _flip_byte(path):
         (lambda r: (r / "bundle.json").unlink(), "no bundle.json"),
         (edit_manifest(lambda m: m.update(version=99)), "bundle version 99 is not supported"),
         (edit_manifest(lambda m: m["models"]["target"].pop("kv_shape")), "missing field"),
+        (edit_manifest(lambda m: m["policy"]["hybrid"].update(explore_share=2.0)), "policy.hybrid.explore_share"),
     ],
 )
 def test_damaged_bundle_is_refused(bundle_dir, tmp_path, damage, needle):

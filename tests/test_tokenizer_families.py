@@ -10,7 +10,7 @@ and speculative decoding across the two vocabularies is exact on a tiny target.
 import numpy as np
 import pytest
 
-from omnidraft.golden import INVALID_BYTES, TEXTS
+from tools.golden import INVALID_BYTES, TEXTS
 from omnidraft.models import load_tokenizer
 from omnidraft.runtime.bridge import NGRAM, VocabBridge
 from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder

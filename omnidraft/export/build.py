@@ -26,6 +26,7 @@ from ..chat import eos_ids
 from ..progress import log, stage
 from ..runtime.bridge import VocabBridge
 from ..runtime.vocab import Vocab
+from .policy import policy
 
 QUANTS = {"onnx": ("none", "int8"), "executorch": ("none", "8da4w", "8da8w")}
 
@@ -131,7 +132,7 @@ def export_bundle(out: Path, target: str | None = None, drafter: str | None = No
             max_context=o.max_context, max_draft_len=o.max_draft_len, quant=o.quant,
             embedding_quant=o.embedding_quant, pair_id=bridge.pair_id, versions=_versions(), models=models,
             eos_ids=sorted(eos_ids(tv)), chat_eos_ids=sorted(eos_ids(tv, chat=True)), ngram_cache=cache_name,
-            training=training, files=files, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            training=training, files=files, created=time.strftime("%Y-%m-%dT%H:%M:%S"), policy=policy(),
         ).write(tmp / "bundle.json")
     log(f"[omnidraft] bundle written to {out} in {time.perf_counter() - start:.0f}s")
     return out

@@ -58,8 +58,10 @@ class CallCosts:
     PRIOR_C = 0.2
     PRIOR_SLOPE = 0.1
     RIDGE = 8.0
+    DECAY = 0.97  # the target fit's weight on earlier calls, per call
+    STEP_EMA = 0.2  # the newest drafter call's weight in its running step and catch-up costs
 
-    def __init__(self, decay: float = 0.97, fixed: tuple[float, float, float] | None = None):
+    def __init__(self, decay: float = DECAY, fixed: tuple[float, float, float] | None = None):
         self.decay = decay
         self.fixed = fixed
         self._sums = np.zeros(5)  # weights, n, s, n*n, n*s
@@ -78,14 +80,15 @@ class CallCosts:
                 continue
             self._smallest = seconds if self._smallest is None else min(self._smallest, seconds)
             if n == 1:
-                self._step = seconds if self._step is None else 0.8 * self._step + 0.2 * seconds
+                self._step = seconds if self._step is None else (1 - self.STEP_EMA) * self._step + self.STEP_EMA * seconds
             elif self._step is not None:
                 per = max(0.0, seconds - self._step) / (n - 1)
-                self._catchup = per if self._catchup is None else 0.8 * self._catchup + 0.2 * per
+                self._catchup = per if self._catchup is None else (1 - self.STEP_EMA) * self._catchup + self.STEP_EMA * per
 
     def catchup(self, tokens: int) -> float:
         """Seconds to read `tokens` the drafter has not seen, beyond a step (a prior of a tenth of a step each)."""
-        per = self._catchup if self._catchup is not None else self.PRIOR_SLOPE * self.drafter_step()
+        measured = self._catchup is not None and not self.fixed  # pinned costs pin this too
+        per = self._catchup if measured else self.PRIOR_SLOPE * self.drafter_step()
         return per * max(tokens - 1, 0)
 
     def drafter_step(self) -> float:

@@ -40,10 +40,11 @@ class LookupScorer:
     missing (a fresh prompt's one-token matches), and trusts them more where they keep hitting.
     """
 
+    LR = 0.05
     FAST_LR = 0.5
     MAX_OFFSET = 4.0
 
-    def __init__(self, weights=None, lr: float = 0.05):
+    def __init__(self, weights=None, lr: float = LR):
         self.weights = np.array(PRIOR if weights is None else weights, dtype=np.float64)
         if self.weights.shape != (N_FEATURES,) or not np.isfinite(self.weights).all():
             raise ValueError(f"lookup scorer weights must be {N_FEATURES} finite numbers")
@@ -86,7 +87,9 @@ def expected_accepted(probs: np.ndarray) -> np.ndarray:
 
 
 class LookupProposer:
-    def __init__(self, history: HistoryIndex | None = None, scorer: LookupScorer | None = None, max_len: int = 16):
+    MAX_LEN = 16  # the longest continuation proposed
+
+    def __init__(self, history: HistoryIndex | None = None, scorer: LookupScorer | None = None, max_len: int = MAX_LEN):
         if max_len < 1:
             raise ValueError("lookup length must be at least 1")
         self.history = history

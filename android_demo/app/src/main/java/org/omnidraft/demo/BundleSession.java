@@ -12,16 +12,21 @@ import java.util.Set;
 import org.omnidraft.core.AcceptanceHead;
 import org.omnidraft.core.BundleManifest;
 import org.omnidraft.core.DraftLength;
+import org.omnidraft.core.DraftModel;
 import org.omnidraft.core.Hybrid;
+import org.omnidraft.core.HybridProposer;
 import org.omnidraft.core.Json;
 import org.omnidraft.core.Lookup;
+import org.omnidraft.core.LookupProposer;
 import org.omnidraft.core.LookupScorer;
 import org.omnidraft.core.NGramCache;
 import org.omnidraft.core.OnlineHead;
 import org.omnidraft.core.OnlineSchedule;
+import org.omnidraft.core.Proposer;
 import org.omnidraft.core.Sampler;
 import org.omnidraft.core.SpeculativeLoop;
 import org.omnidraft.core.Tokenizer;
+import org.omnidraft.core.TrainingExample;
 import org.omnidraft.core.VocabBridge;
 
 /**
@@ -48,7 +53,6 @@ public final class BundleSession {
     public final LoraTrainer trainer; // null unless the bundle was exported --with-training
     private final OnlineSchedule schedule; // null unless the bundle was exported --with-training
     private final int drafterChunk; // tokens per drafter call
-    static final double ADAPT_LR = OnlineSchedule.LR; // omnidraft.adaptation.online.AdaptConfig's (the CLI's --adapt-lr)
     public float lastLoss = Float.NaN;
     public int updates, rollbacks;
     public final Set<Integer> chatEos = new HashSet<>();
@@ -56,9 +60,10 @@ public final class BundleSession {
 
     // Lookup: continuations from the conversation and this session's earlier replies, under the hybrid policy
     // (its call-time estimates and scorer keep learning across replies).
-    public final Lookup lookup = new Lookup(1_000_000);
-    private final LookupScorer scorer = new LookupScorer();
-    private final Hybrid hybrid = new Hybrid();
+    public final Lookup lookup;
+    private final LookupScorer scorer;
+    private final Hybrid hybrid;
+    private final org.omnidraft.core.Policy policy; // the runtime's constants, from bundle.json
 
     public static final class Reply {
         public String text;
@@ -81,6 +86,13 @@ public final class BundleSession {
             if (!file.isFile()) throw new BundleError("bundle is missing " + f.getKey());
             if (file.length() != f.getValue()) throw new BundleError("bundle file " + f.getKey() + " has the wrong size; push it again");
         }
+        if (m.policy == null) {
+            throw new BundleError("the bundle predates bundle.json's policy section (the runtime's constants): re-export it");
+        }
+        policy = m.policy;
+        lookup = new Lookup(1_000_000, policy);
+        scorer = new LookupScorer(policy);
+        hybrid = new Hybrid(policy);
         targetTok = tokenizer(dir, m.target);
         draftTok = tokenizer(dir, m.drafter);
         head = m.drafter.acceptanceHeadFeatures == 0 ? null : new AcceptanceHead(m.drafter.acceptanceHeadFeatures);
@@ -89,10 +101,10 @@ public final class BundleSession {
         if (m.training != null) { // the drafter that takes LoRA tensors, fed by the training program's live ones
             if (!m.training.updateStep) throw new BundleError("the bundle's training program is of an older format: re-export it with --with-training");
             trainer = new LoraTrainer(new File(dir, m.drafter.graphs.get("executorch_train")).getPath(), m.training.loraInputs.size(),
-                    m.training.window, m.training.batch, m.training.mapped, ADAPT_LR);
+                    m.training.window, m.training.batch, m.training.mapped, policy.adaptLr, policy.warmup);
             drafter = runner(dir, m.drafter, head, "executorch_lora");
             drafter.extraInputs = trainer.loraInputs();
-            schedule = new OnlineSchedule(m.training.batch, m.training.window);
+            schedule = new OnlineSchedule(policy, m.training.batch, m.training.window);
         } else {
             trainer = null;
             drafter = runner(dir, m.drafter, head, "executorch");
@@ -153,27 +165,20 @@ public final class BundleSession {
     public Reply reply(String message, int maxNew, boolean speculative, boolean learn, boolean autoDraftLen,
                        boolean useLookup, java.util.function.IntConsumer onToken) {
         List<Integer> prompt = chatPrompt(message);
-        SpeculativeLoop loop = new SpeculativeLoop(target, speculative ? drafter : null, bridge, List.of(),
-                learn ? cache : null);
-        loop.onToken = onToken;
-        loop.onlineHead = learn ? onlineHead : null;
-        loop.collectExample = learn && trainer != null;
-        if (speculative && useLookup) {
-            loop.lookup = lookup;
-            loop.scorer = scorer;
-            loop.hybrid = hybrid;
-            loop.useHistory = learn;
-        }
         DraftLength length = autoDraftLen && head != null
                 ? new DraftLength(DraftLength.Policy.AUTO, 4, maxDraftLen, 0.5)
                 : new DraftLength(DraftLength.Policy.FIXED, Math.min(4, maxDraftLen), maxDraftLen, 0.5);
+        DraftModel drafting = new DraftModel(drafter, bridge, List.of(), learn ? cache : null, length,
+                targetTok.pieceId("<bos>"), learn ? onlineHead : null, learn && trainer != null, policy);
+        Proposer proposer = !speculative ? null : !useLookup ? drafting
+                : new HybridProposer(new LookupProposer(lookup, scorer, learn, policy), drafting, hybrid);
+        SpeculativeLoop loop = new SpeculativeLoop(target, proposer);
         for (org.omnidraft.core.ModelRunner m : new org.omnidraft.core.ModelRunner[] {target, drafter}) {
             m.oneToken.clear();
             m.several.clear();
         }
         long t0 = System.nanoTime();
-        SpeculativeLoop.Result r = loop.generate(prompt, maxNew, length, new Sampler(0, 1), Math::random, chatEos,
-                targetTok.pieceId("<bos>"));
+        SpeculativeLoop.Result r = loop.generate(prompt, maxNew, new Sampler(0, 1), Math::random, chatEos, onToken);
         Reply out = new Reply();
         out.seconds = (System.nanoTime() - t0) / 1e9;
         out.text = targetTok.decode(r.tokens);
@@ -184,7 +189,8 @@ public final class BundleSession {
         out.lookupAccepted = r.lookupAccepted;
         out.timings = org.omnidraft.core.CallTimes.summary(target, speculative ? drafter : null);
         if (learn && onlineHead != null) onlineHead.update(30, 0.03, 0.1);
-        if (loop.lastExample != null && !loop.lastExample.isEmpty()) adapt(loop.lastExample);
+        TrainingExample example = drafting.lastExample();
+        if (speculative && example != null && !example.isEmpty()) adapt(example);
         return out;
     }
 
@@ -199,7 +205,7 @@ public final class BundleSession {
         double floor = trainer.withoutAdapter(() -> schedule.acceptance(drafter, drafterChunk));
         updates++;
         // NaN (nothing held out yet) keeps the update
-        if (!Double.isNaN(after) && !OnlineSchedule.guardKeeps(after, floor, schedule.heldOutUnits(), OnlineSchedule.GUARD_MARGIN)) {
+        if (!Double.isNaN(after) && !OnlineSchedule.guardKeeps(after, floor, schedule.heldOutUnits(), policy.guardMargin)) {
             trainer.restore(saved);
             rollbacks++;
         }

@@ -24,14 +24,16 @@ public final class LoraTrainer {
     public final int batch;
     public final int mapped;
     public final double lr;
+    private final int warmup; // steps over which the learning rate ramps up (the bundle's policy)
     public int steps;
 
-    public LoraTrainer(String trainPte, int loraInputs, int window, int batch, int mapped, double lr) {
+    public LoraTrainer(String trainPte, int loraInputs, int window, int batch, int mapped, double lr, int warmup) {
         this.module = Module.load(trainPte);
         this.window = window;
         this.batch = batch;
         this.mapped = mapped;
         this.lr = lr;
+        this.warmup = warmup;
         EValue[] fresh = module.execute("lora_init");
         if (fresh.length != loraInputs) {
             throw new IllegalStateException("the training program has " + fresh.length + " LoRA tensors, the bundle lists "
@@ -59,7 +61,7 @@ public final class LoraTrainer {
         List<EValue> in = new ArrayList<>();
         for (List<Tensor> state : List.of(lora, expAvg, expAvgSq)) for (Tensor t : state) in.add(EValue.from(t));
         in.add(EValue.from(Tensor.fromBlob(new float[] {steps + 1}, new long[0])));
-        double rate = org.omnidraft.core.OnlineSchedule.lrAt(lr, steps, org.omnidraft.core.OnlineSchedule.WARMUP);
+        double rate = org.omnidraft.core.OnlineSchedule.lrAt(lr, steps, warmup);
         in.add(EValue.from(Tensor.fromBlob(new float[] {(float) rate}, new long[0])));
         in.addAll(batchInputs(examples));
         EValue[] out = module.execute("forward", in.toArray(new EValue[0]));

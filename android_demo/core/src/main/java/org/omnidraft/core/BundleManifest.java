@@ -103,6 +103,7 @@ public final class BundleManifest {
     public final Map<String, Long> fileSizes; // every file of the bundle, by relative path
     public final List<Integer> eosIds, chatEosIds;
     public final Training training; // null unless exported --with-training
+    public final Policy policy; // null for bundles exported before the policy section
 
     private BundleManifest(Map<String, Object> m) throws Invalid {
         if (!FORMAT.equals(m.get("format"))) throw new Invalid("bundle.json is not an OmniDraft bundle manifest", "format");
@@ -151,6 +152,13 @@ public final class BundleManifest {
         if (!isInt(context)) throw bad("max_context");
         maxContext = ((Long) context).intValue();
         pairId = String.valueOf(m.getOrDefault("pair_id", ""));
+        Object p = m.get("policy");
+        if (p != null && !(p instanceof Map)) throw bad("policy");
+        try {
+            policy = p == null ? null : new Policy(Json.object(p));
+        } catch (IllegalArgumentException e) {
+            throw bad(e.getMessage());
+        }
     }
 
     /** Parse and check bundle.json's text. */

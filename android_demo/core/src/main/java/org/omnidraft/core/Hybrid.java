@@ -11,44 +11,42 @@ import java.util.function.IntToDoubleFunction;
  * drafter's step time is measured from its one-token calls, its catching up (reading text it has not seen)
  * apart and not charged to a round. A, M and K come from the drafter's recent rounds, its acceptance counted
  * per judged token from a prior. A drafter not chosen is re-checked, in place of nothing or of a lookup prefix
- * expected to give less than one token, once EXPLORE_SHARE of the time since its last round covers what a
- * re-check costs (reading the text it has not seen, its steps, the longer verification).
+ * expected to give less than one token, once the policy's explore share of the time since its last round covers what a
+ * re-check costs (reading the text it has not seen, its steps, the longer verification). Its constants come
+ * from the bundle's policy ({@link Policy}).
  */
 public final class Hybrid {
     public static final int NONE = 0, LOOKUP = 1, DRAFTER = 2, CHAIN = 3;
-    public static final double EXPLORE_SHARE = 0.02, CARRY = 4.0, MIN_CALL_S = 5e-5, MAX_CALL_S = 60.0;
-    static final double PRIOR_C = 0.2, PRIOR_SLOPE = 0.1, RIDGE = 8.0, DECAY = 0.9;
 
-    private final double decay;
+    private final Policy p;
     private final double[] sums = new double[5]; // weights, n, s, n*n, n*s
     private Double drafterStep; // EMA of seconds per one-token drafter step
     private Double smallestCall; // the quickest drafter call seen: a bound on its step until one is timed
     private Double catchup; // EMA of extra seconds per token read in a catching-up call
     // the drafter's recent rounds: accepted and judged tokens, rounds, proposed tokens, calls (decayed sums)
-    final double[] rounds = {1.4, 4.0, 1.0, 1.5, 1.5};
+    final double[] rounds;
     private double idleSeconds; // rounds since the drafter last proposed, as the cost model prices them
-    public final double exploreShare;
     public boolean chaining = true;
-    private double[] fixed; // {a, b, drafter step}: pinned costs (reproducible tests and what-if runs)
+    private final double[] fixed; // {a, b, drafter step}: pinned costs (reproducible tests and what-if runs)
 
-    public Hybrid(double decay, double exploreShare) {
-        this.decay = decay;
-        this.exploreShare = exploreShare;
+    private Hybrid(Policy policy, double[] fixed) {
+        this.p = policy;
+        this.rounds = policy.roundsPrior.clone();
+        this.fixed = fixed;
     }
 
-    public Hybrid() {
-        this(0.97, EXPLORE_SHARE);
+    public Hybrid(Policy policy) {
+        this(policy, null);
     }
 
-    public static Hybrid fixedCosts(double a, double b, double drafterStep, double exploreShare) {
-        Hybrid h = new Hybrid(0.97, exploreShare);
-        h.fixed = new double[] {a, b, drafterStep};
-        return h;
+    /** Pinned costs: T(n) = a + b (n - 1), a drafter step of drafterStep, catching up a tenth of a step a token. */
+    public static Hybrid fixedCosts(Policy policy, double a, double b, double drafterStep) {
+        return new Hybrid(policy, new double[] {a, b, drafterStep});
     }
 
     /** A generation starts: earlier runs' rounds count as at most CARRY rounds, and the re-check clock restarts. */
     public void begin() {
-        double scale = Math.min(1.0, CARRY / rounds[2]);
+        double scale = Math.min(1.0, p.carry / rounds[2]);
         for (int i = 0; i < rounds.length; i++) rounds[i] *= scale;
         idleSeconds = 0;
     }
@@ -59,20 +57,20 @@ public final class Hybrid {
     }
 
     public void observeTarget(int n, double seconds) {
-        if (seconds < MIN_CALL_S || seconds > MAX_CALL_S) return;
+        if (seconds < p.minCallS || seconds > p.maxCallS) return;
         double[] now = {1.0, n, seconds, (double) n * n, n * seconds};
-        for (int i = 0; i < 5; i++) sums[i] = decay * sums[i] + now[i];
+        for (int i = 0; i < 5; i++) sums[i] = p.costDecay * sums[i] + now[i];
     }
 
     /** A drafter call of n tokens: one-token calls are steps; longer ones were catching up (not charged). */
     public void observeDrafterCall(int n, double seconds) {
-        if (seconds < MIN_CALL_S || seconds > MAX_CALL_S) return;
+        if (seconds < p.minCallS || seconds > p.maxCallS) return;
         smallestCall = smallestCall == null ? seconds : Math.min(smallestCall, seconds);
         if (n == 1) {
-            drafterStep = drafterStep == null ? seconds : 0.8 * drafterStep + 0.2 * seconds;
+            drafterStep = drafterStep == null ? seconds : (1 - p.stepEma) * drafterStep + p.stepEma * seconds;
         } else if (drafterStep != null) {
             double per = Math.max(0.0, seconds - drafterStep) / (n - 1);
-            catchup = catchup == null ? per : 0.8 * catchup + 0.2 * per;
+            catchup = catchup == null ? per : (1 - p.stepEma) * catchup + p.stepEma * per;
         }
     }
 
@@ -82,39 +80,39 @@ public final class Hybrid {
     }
 
     double catchup(int tokens) {
-        double per = catchup != null ? catchup : PRIOR_SLOPE * drafterStep();
+        double per = catchup != null && fixed == null ? catchup : p.priorSlope * drafterStep();
         return per * Math.max(tokens - 1, 0);
     }
 
     private boolean recheckDue(int unread) {
         double[] d = drafterMeans();
         double cost = d[2] * drafterStep() + target(1 + d[1]) - target(1);
-        double budget = exploreShare * idleSeconds;
+        double budget = p.exploreShare * idleSeconds;
         return budget >= cost && budget >= cost + catchup(unread);
     }
 
     /** A round in which the drafter proposed `proposed` tokens with `calls` calls and `accepted` were accepted. */
     public void observeDrafterRound(int accepted, int proposed, int calls) {
         double[] now = {accepted, Math.min(accepted + 1, proposed), 1.0, proposed, calls};
-        for (int i = 0; i < rounds.length; i++) rounds[i] = DECAY * rounds[i] + now[i];
+        for (int i = 0; i < rounds.length; i++) rounds[i] = p.roundsDecay * rounds[i] + now[i];
     }
 
     public double target(double n) {
         if (fixed != null) return fixed[0] + fixed[1] * (n - 1);
         double w = sums[0];
-        if (w <= 0) return 1.0 + PRIOR_SLOPE * (n - 1);
+        if (w <= 0) return 1.0 + p.priorSlope * (n - 1);
         double meanX = sums[1] / w - 1.0, meanS = sums[2] / w;
         double sxx = Math.max(sums[3] / w - (sums[1] / w) * (sums[1] / w), 0.0) * w;
         double sxy = (sums[4] / w - (sums[1] / w) * meanS) * w;
-        double b0 = PRIOR_SLOPE * meanS / (1.0 + PRIOR_SLOPE * meanX);
-        double slope = Math.max((sxy + RIDGE * b0) / (sxx + RIDGE), 0.0);
-        return Math.max(meanS + slope * (n - 1 - meanX), MIN_CALL_S);
+        double b0 = p.priorSlope * meanS / (1.0 + p.priorSlope * meanX);
+        double slope = Math.max((sxy + p.ridge * b0) / (sxx + p.ridge), 0.0);
+        return Math.max(meanS + slope * (n - 1 - meanX), p.minCallS);
     }
 
     public double drafterStep() {
         if (fixed != null) return fixed[2];
         if (drafterStep != null) return drafterStep;
-        double prior = PRIOR_C * target(1);
+        double prior = p.priorC * target(1);
         return smallestCall == null ? prior : Math.min(prior, smallestCall);
     }
 

@@ -14,7 +14,8 @@ import java.util.Map;
  * maxTokens (oldest documents dropped first). Same results as the Python reference, value for value.
  */
 public final class Lookup {
-    public static final int SEP = -1, MAX_MATCH = 32, MAX_CANDIDATES = 2048, MAX_OCCURRENCES = 256;
+    public static final int SEP = -1;
+    private final int maxMatch, maxCandidates, maxOccurrences; // the policy's walk limits
 
     /** What lookup would propose now, with the scorer's features. */
     public static final class Candidates {
@@ -36,9 +37,12 @@ public final class Lookup {
     private final Map<Long, List<Integer>> index = new HashMap<>(); // bigram -> ascending end positions
     private List<Integer> lastDoc; // what this process last added
 
-    public Lookup(int maxTokens) {
+    public Lookup(int maxTokens, Policy policy) {
         if (maxTokens < 0) throw new IllegalArgumentException("history size must be >= 0");
         this.maxTokens = maxTokens;
+        this.maxMatch = policy.maxMatch;
+        this.maxCandidates = policy.maxCandidates;
+        this.maxOccurrences = policy.maxOccurrences;
     }
 
     public List<int[]> docs() {
@@ -106,12 +110,12 @@ public final class Lookup {
         Candidates out = new Candidates();
         if (budget < 1 || seq.size() < 2) return out;
         int[] context = toArray(seq);
-        int[] suffix = java.util.Arrays.copyOfRange(context, Math.max(0, context.length - MAX_MATCH), context.length);
+        int[] suffix = java.util.Arrays.copyOfRange(context, Math.max(0, context.length - maxMatch), context.length);
         List<Integer> ends = new ArrayList<>();
         for (int e = 0; e + 1 < context.length; e++) {
             if (context[e] == suffix[suffix.length - 1] && context[e + 1] != SEP) ends.add(e);
         }
-        int[] ctx = extend(context, context.length, tail(ends, MAX_CANDIDATES), suffix, 1);
+        int[] ctx = extend(context, context.length, tail(ends, maxCandidates), suffix, 1);
         int length = ends.isEmpty() ? 0 : ctx[0];
         List<Integer> best = ends.isEmpty() ? ends : sub(ctx);
         int[] tokens = context;
@@ -120,7 +124,7 @@ public final class Lookup {
         if (withHistory && suffix.length >= 2) {
             List<Integer> hist = index.get(key(suffix[suffix.length - 2], suffix[suffix.length - 1]));
             if (hist != null && !hist.isEmpty()) {
-                int[] h = extend(joined, joinedLen, tail(hist, MAX_CANDIDATES), suffix, 2);
+                int[] h = extend(joined, joinedLen, tail(hist, maxCandidates), suffix, 2);
                 if (h[0] > length) {
                     length = h[0];
                     best = sub(h);
@@ -139,9 +143,9 @@ public final class Lookup {
         return out;
     }
 
-    /** {length, ends...}: the occurrences that match the longest suffix, the most recent MAX_OCCURRENCES. */
-    private static int[] extend(int[] tokens, int n, List<Integer> ends, int[] suffix, int length) {
-        int limit = Math.min(MAX_MATCH, suffix.length);
+    /** {length, ends...}: the occurrences that match the longest suffix, the most recent maxOccurrences. */
+    private int[] extend(int[] tokens, int n, List<Integer> ends, int[] suffix, int length) {
+        int limit = Math.min(maxMatch, suffix.length);
         List<Integer> cur = new ArrayList<>(ends);
         while (length < limit && !cur.isEmpty()) {
             List<Integer> next = new ArrayList<>();
@@ -153,7 +157,7 @@ public final class Lookup {
             cur = next;
             length++;
         }
-        cur = tail(cur, MAX_OCCURRENCES);
+        cur = tail(cur, maxOccurrences);
         int[] out = new int[cur.size() + 1];
         out[0] = length;
         for (int i = 0; i < cur.size(); i++) out[i + 1] = cur.get(i);

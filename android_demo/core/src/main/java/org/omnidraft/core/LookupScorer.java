@@ -8,24 +8,32 @@ package org.omnidraft.core;
  */
 public final class LookupScorer {
     public static final int FEATURES = 6;
-    static final double[] PRIOR = {-2.002, 1.995, -0.400, 2.865, 1.277, 0.576}; // lookup_proposer.py's, fitted by benchmarks/lookup_prior.py
-    public final double[] weights = PRIOR.clone();
-    public double lr = 0.05;
-    public static final double FAST_LR = 0.5, MAX_OFFSET = 4.0;
+    public final double[] weights; // from the policy's prior (fitted by benchmarks/lookup_prior.py)
+    private final double lr, fastLr, maxOffset;
+    private final int maxMatch, maxOccurrences;
     public double offset;
     public int judged;
+
+    public LookupScorer(Policy policy) {
+        weights = policy.scorerPrior.clone();
+        lr = policy.scorerLr;
+        fastLr = policy.scorerFastLr;
+        maxOffset = policy.scorerMaxOffset;
+        maxMatch = policy.maxMatch;
+        maxOccurrences = policy.maxOccurrences;
+    }
 
     public void begin() {
         offset = 0.0;
     }
 
-    public static double[][] features(Lookup.Candidates c) {
+    public double[][] features(Lookup.Candidates c) {
         double[][] x = new double[c.size()][FEATURES];
         for (int j = 0; j < c.size(); j++) {
             x[j][0] = 1.0;
             x[j][1] = c.frequency.get(j);
-            x[j][2] = Math.log1p(c.support.get(j)) / Math.log1p(Lookup.MAX_OCCURRENCES);
-            x[j][3] = Math.log1p(Math.min(c.match, Lookup.MAX_MATCH)) / Math.log1p(Lookup.MAX_MATCH);
+            x[j][2] = Math.log1p(c.support.get(j)) / Math.log1p(maxOccurrences);
+            x[j][3] = Math.log1p(Math.min(c.match, maxMatch)) / Math.log1p(maxMatch);
             x[j][4] = j / 16.0;
             x[j][5] = c.source.equals("context") ? 1.0 : 0.0;
         }
@@ -48,7 +56,7 @@ public final class LookupScorer {
         for (int j = 0; j < labels.length; j++) {
             double err = labels[j] - prob(x[j]);
             for (int i = 0; i < FEATURES; i++) weights[i] += lr * err * x[j][i];
-            offset = Math.min(Math.max(offset + FAST_LR * err, -MAX_OFFSET), MAX_OFFSET);
+            offset = Math.min(Math.max(offset + fastLr * err, -maxOffset), maxOffset);
             judged++;
         }
     }

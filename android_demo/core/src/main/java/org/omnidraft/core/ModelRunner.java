@@ -57,6 +57,27 @@ public abstract class ModelRunner {
         while (tokens.size() > position) tokens.remove(tokens.size() - 1);
     }
 
+    /** How much of seq[:-1] the cache holds (runner.py's common_prefix). */
+    public int common(List<Integer> seq) {
+        int keep = 0;
+        int limit = Math.min(position, seq.size() - 1);
+        while (keep < limit && tokens.get(keep).equals(seq.get(keep))) keep++;
+        return keep;
+    }
+
+    /** Keep what the cache already holds of seq[:-1], forget the rest; return its length. */
+    public int reuse(List<Integer> seq) {
+        int keep = common(seq);
+        rollback(keep);
+        return keep;
+    }
+
+    /** Read seq[:-1] (what the cache does not hold of it yet): the last token is the next call's input. */
+    public void prefill(List<Integer> seq) {
+        int keep = reuse(seq);
+        if (seq.size() - 1 > keep) forward(seq.subList(keep, seq.size() - 1), keep, 1);
+    }
+
     /** Run tokens at positions start.. and return the last nLogits rows of logits. */
     protected abstract float[][] run(List<Integer> input, int start, int nLogits);
 }

@@ -7,22 +7,23 @@ import java.util.List;
 /**
  * When the on-device adapter updates, what it trains on and what its guard scores
  * (omnidraft/adaptation/online.py's OnlineAdapter with AdaptConfig's defaults, checked against golden
- * vectors): every HOLDOUT_EVERY-th example (the 1st, 6th, ...) is held out, the others are buffered (their
- * prompts teach too); every EVERY examples an update takes STEPS steps, batch by batch through the newest
- * REPLAY buffered examples, newest first, the learning rate ramped up over the first WARMUP steps. The guard
- * measures the drafter's greedy acceptance on the held-out examples after the update and without its
- * adapter; an update that leaves it more than GUARD_MARGIN standard errors below is rolled back by the caller.
+ * vectors; the numbers are the bundle's policy): every holdoutEvery-th example (the 1st, 6th, ...) is held out,
+ * the others are buffered (their prompts teach too); every `every` examples an update takes `steps` steps,
+ * batch by batch through the newest `replay` buffered examples, newest first, the learning rate ramped up over
+ * the first `warmup` steps. The guard measures the drafter's greedy acceptance on the held-out examples after
+ * the update and without its adapter; an update that leaves it more than guardMargin standard errors below is
+ * rolled back by the caller.
  */
 public final class OnlineSchedule {
-    public static final int EVERY = 4, HOLDOUT_EVERY = 5, HOLDOUT = 4, BUFFER = 16, STEPS = 8, REPLAY = 16, WARMUP = 16;
-    public static final double LR = 1e-3, GUARD_MARGIN = 1.0;
+    public final Policy policy;
     private final ArrayDeque<TrainingExample> buffer = new ArrayDeque<>(), heldOut = new ArrayDeque<>();
     private int examples, sinceUpdate;
     public final int batch, window;
 
     /** `batch`: examples per step; `window`: draft tokens per example (the training program's). */
-    public OnlineSchedule(int batch, int window) {
+    public OnlineSchedule(Policy policy, int batch, int window) {
         if (batch < 1 || window < 2) throw new IllegalArgumentException("batch >= 1 and window >= 2 needed");
+        this.policy = policy;
         this.batch = batch;
         this.window = window;
     }
@@ -31,16 +32,16 @@ public final class OnlineSchedule {
     public boolean add(TrainingExample e) {
         if (e.isEmpty()) return false;
         e.addPromptNll();
-        ArrayDeque<TrainingExample> to = examples % HOLDOUT_EVERY == 0 ? heldOut : buffer;
+        ArrayDeque<TrainingExample> to = examples % policy.holdoutEvery == 0 ? heldOut : buffer;
         to.addLast(e);
-        if (to.size() > (to == heldOut ? HOLDOUT : BUFFER)) to.removeFirst();
+        if (to.size() > (to == heldOut ? policy.holdout : policy.buffer)) to.removeFirst();
         examples++;
-        if (++sinceUpdate < EVERY || buffer.isEmpty()) return false;
+        if (++sinceUpdate < policy.every || buffer.isEmpty()) return false;
         sinceUpdate = 0;
         return true;
     }
 
-    /** An update's STEPS batches, as buffer indices (oldest 0): online.py's replay_batches. */
+    /** An update's `steps` batches, as buffer indices (oldest 0): online.py's replay_batches. */
     public static List<int[]> replayBatches(int buffered, int batch, int steps, int replay) {
         List<Integer> newest = new ArrayList<>();
         for (int i = buffered - 1; i >= Math.max(buffered - Math.max(replay, batch), 0); i--) newest.add(i);
@@ -60,7 +61,7 @@ public final class OnlineSchedule {
     public List<List<TrainingExample>> batches() {
         List<TrainingExample> all = new ArrayList<>(buffer);
         List<List<TrainingExample>> out = new ArrayList<>();
-        for (int[] b : replayBatches(all.size(), batch, STEPS, REPLAY)) {
+        for (int[] b : replayBatches(all.size(), batch, policy.steps, policy.replay)) {
             List<TrainingExample> step = new ArrayList<>();
             for (int i : b) step.add(all.get(i));
             out.add(step);

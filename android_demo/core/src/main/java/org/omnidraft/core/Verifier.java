@@ -1,6 +1,5 @@
 package org.omnidraft.core;
 
-import java.util.List;
 import java.util.function.DoubleSupplier;
 
 /**
@@ -13,8 +12,7 @@ public final class Verifier {
     private Verifier() {}
 
     /** {accepted, next token}; targetLogits has one row per proposal plus one. */
-    public static int[] verify(Proposal p, float[][] targetLogits, Sampler sampler, DoubleSupplier rng,
-                               VocabBridge bridge, List<double[]> draftProbs) {
+    public static int[] verify(Proposal p, float[][] targetLogits, Sampler sampler, DoubleSupplier rng) {
         int m = p.size();
         if (targetLogits.length != m + 1) throw new IllegalArgumentException("need one logits row per proposal plus one");
         if (sampler.greedy()) {
@@ -30,13 +28,7 @@ public final class Verifier {
             int t = p.targetIds.get(j);
             double q = p.q.get(j);
             if (q > 0 && rng.getAsDouble() < Math.min(1.0, probs[t] / q)) continue;
-            double[] qp;
-            if (p.kind.get(j).equals(Proposal.LOOKUP)) { // a point mass: the residual is p without t
-                qp = new double[vocab];
-                qp[t] = 1.0;
-            } else {
-                qp = bridge.proposalDistribution(p, j, draftProbs.get(p.draftStart.get(j)), vocab);
-            }
+            double[] qp = p.distribution(j, vocab); // lookup: a point mass, the residual is p without t
             double[] residual = new double[vocab];
             double sum = 0;
             for (int i = 0; i < vocab; i++) { residual[i] = Math.max(probs[i] - qp[i], 0.0); sum += residual[i]; }

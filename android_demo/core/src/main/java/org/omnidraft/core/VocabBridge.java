@@ -119,6 +119,11 @@ public final class VocabBridge {
         return new Object[] {kept, draft.encodeBytes(rest.toByteArray(), true)};
     }
 
+    /** Give p (translated from a draft sampled from draftProbs, one distribution per draft token) its q'. */
+    public void attachDistributions(Proposal p, List<double[]> draftProbs) {
+        p.dist = (j, vocab) -> proposalDistribution(p, j, draftProbs.get(p.draftStart.get(j)), vocab);
+    }
+
     /** q' over the target vocabulary at proposal position j, for the sampling residual (bridge.py). */
     public double[] proposalDistribution(Proposal p, int j, double[] draftProbs, int targetVocab) {
         double[] q = new double[targetVocab];

@@ -18,6 +18,14 @@ final class Golden {
         return Json.object(Json.parse(Files.readString(dir.resolve(name), StandardCharsets.UTF_8)));
     }
 
+    private static Policy policy;
+
+    /** The runtime's policy as Python writes it into bundles (policy.json). */
+    static synchronized Policy policy() throws IOException {
+        if (policy == null) policy = new Policy(load("policy.json"));
+        return policy;
+    }
+
     static synchronized Tokenizer drafter() throws IOException {
         if (drafter == null) drafter = Tokenizer.load(models().resolve("smollm2-135m-instruct/tokenizer.json"));
         return drafter;

@@ -16,9 +16,10 @@ public class HybridTest {
     @Test
     public void costFitRoundsAndChoicesMatchPython() throws Exception {
         Map<String, Object> g = Golden.load("hybrid.json");
-        assertEquals(Hybrid.EXPLORE_SHARE, num(g.get("explore_share")), 0.0);
-        assertEquals(Hybrid.CARRY, num(g.get("carry")), 0.0);
-        Hybrid h = new Hybrid();
+        Policy policy = Golden.policy();
+        assertEquals(policy.exploreShare, num(g.get("explore_share")), 0.0);
+        assertEquals(policy.carry, num(g.get("carry")), 0.0);
+        Hybrid h = new Hybrid(policy);
         for (Object o : Json.array(g.get("fits"))) {
             Map<String, Object> f = Json.object(o);
             h.observeTarget((int) num(f.get("n")), num(f.get("seconds")));

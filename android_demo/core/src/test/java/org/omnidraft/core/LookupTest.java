@@ -14,7 +14,7 @@ public class LookupTest {
     @Test
     public void historyContinuationsScorerAndPrefixMatchPython() throws Exception {
         Map<String, Object> g = Golden.load("lookup.json");
-        Lookup lookup = new Lookup(((Number) g.get("max_tokens")).intValue());
+        Lookup lookup = new Lookup(((Number) g.get("max_tokens")).intValue(), Golden.policy());
         for (Object o : Json.array(g.get("ops"))) {
             Map<String, Object> op = Json.object(o);
             lookup.add(Golden.ints(op.get("tokens")), (Boolean) op.get("extend"));
@@ -22,7 +22,7 @@ public class LookupTest {
             assertEquals(kept.size(), lookup.docs().size());
             for (int i = 0; i < kept.size(); i++) assertEquals(Golden.ints(kept.get(i)), ints(lookup.docs().get(i)));
         }
-        LookupScorer scorer = new LookupScorer();
+        LookupScorer scorer = new LookupScorer(Golden.policy());
         int cases = 0;
         boolean newGeneration = false;
         for (Object o : Json.array(g.get("queries"))) {
@@ -40,7 +40,7 @@ public class LookupTest {
             List<Object> freq = Json.array(q.get("frequency"));
             for (int j = 0; j < freq.size(); j++) assertEquals(((Number) freq.get(j)).doubleValue(), c.frequency.get(j), 1e-12);
             if (c.size() == 0) continue;
-            double[][] x = LookupScorer.features(c);
+            double[][] x = scorer.features(c);
             double[] probs = scorer.probs(x);
             List<Object> want = Json.array(q.get("probs"));
             for (int j = 0; j < probs.length; j++) assertEquals(what, ((Number) want.get(j)).doubleValue(), probs[j], 1e-9);
@@ -80,22 +80,25 @@ public class LookupTest {
         VocabBridge bridge = new VocabBridge(dt, tt);
         LoopTest.Bigram target = cyclingTarget(tt);
         List<Integer> prompt = repeatingPrompt(tt);
-        SpeculativeLoop.Result base = new SpeculativeLoop(target, null, bridge, List.of(), null)
-                .generate(prompt, 40, new DraftLength(DraftLength.Policy.FIXED, 1, 1, 0.5), new Sampler(0, 1), Math::random, Set.of(), 2);
+        SpeculativeLoop.Result base = new SpeculativeLoop(target, null).generate(prompt, 40, new Sampler(0, 1), Math::random,
+                Set.of());
+        Policy policy = Golden.policy();
         for (boolean withDrafter : new boolean[] {false, true}) {
-            LoopTest.Bigram drafter = withDrafter ? new LoopTest.Bigram(dt.size(), 256, 7, null) : null;
-            SpeculativeLoop loop = new SpeculativeLoop(target, drafter, bridge, List.of(), new NGramCache(20000, 8));
-            loop.lookup = new Lookup(100000);
+            DraftModel drafting = !withDrafter ? null : new DraftModel(new LoopTest.Bigram(dt.size(), 256, 7, null), bridge,
+                    List.of(), new NGramCache(20000, 8), new DraftLength(DraftLength.Policy.FIXED, 3, 3, 0.5), 2, null, false,
+                    policy);
+            Lookup history = new Lookup(100000, policy);
             // pinned costs (the test's bigram model costs the same per token at any length, unlike a real graph)
-            loop.hybrid = Hybrid.fixedCosts(1.0, 0.01, withDrafter ? 0.05 : 100.0, Hybrid.EXPLORE_SHARE);
+            SpeculativeLoop loop = new SpeculativeLoop(target, new HybridProposer(
+                    new LookupProposer(history, new LookupScorer(policy), true, policy), drafting,
+                    Hybrid.fixedCosts(policy, 1.0, 0.01, withDrafter ? 0.05 : 100.0)));
             for (int run = 0; run < 2; run++) { // the second run also finds the first in the history
-                SpeculativeLoop.Result got = loop.generate(prompt, 40, new DraftLength(DraftLength.Policy.FIXED, 3, 3, 0.5),
-                        new Sampler(0, 1), Math::random, Set.of(), 2);
+                SpeculativeLoop.Result got = loop.generate(prompt, 40, new Sampler(0, 1), Math::random, Set.of());
                 assertEquals(base.tokens, got.tokens);
                 assertTrue("lookup proposed and was accepted", got.lookupAccepted > 0);
                 assertTrue(got.targetCalls < base.targetCalls);
             }
-            assertEquals(2, loop.lookup.docs().size()); // one document per generation (not a longer chat)
+            assertEquals(2, history.docs().size()); // one document per generation (not a longer chat)
         }
     }
 
@@ -106,14 +109,15 @@ public class LookupTest {
         LoopTest.Bigram target = cyclingTarget(tt);
         List<Integer> prompt = repeatingPrompt(tt);
         DraftLength fixed = new DraftLength(DraftLength.Policy.FIXED, 2, 2, 0.5);
-        SpeculativeLoop.Result base = new SpeculativeLoop(target, null, bridge, List.of(), null)
-                .generate(prompt, 40, fixed, new Sampler(0, 1), Math::random, Set.of(), 2);
-        SpeculativeLoop loop = new SpeculativeLoop(target, new LoopTest.Bigram(dt.size(), 256, 7, null), bridge, List.of(),
-                new NGramCache(20000, 8));
-        loop.lookup = new Lookup(100000);
-        loop.useHistory = false;
-        loop.hybrid = Hybrid.fixedCosts(1.0, 0.0005, 0.001, Hybrid.EXPLORE_SHARE); // verifying and drafting nearly free
-        SpeculativeLoop.Result got = loop.generate(prompt, 40, fixed, new Sampler(0, 1), Math::random, Set.of(), 2);
+        SpeculativeLoop.Result base = new SpeculativeLoop(target, null).generate(prompt, 40, new Sampler(0, 1), Math::random,
+                Set.of());
+        Policy policy = Golden.policy();
+        DraftModel drafting = new DraftModel(new LoopTest.Bigram(dt.size(), 256, 7, null), bridge, List.of(),
+                new NGramCache(20000, 8), fixed, 2, null, false, policy);
+        LookupProposer lookup = new LookupProposer(new Lookup(100000, policy), new LookupScorer(policy), false, policy);
+        SpeculativeLoop loop = new SpeculativeLoop(target, new HybridProposer(lookup, drafting,
+                Hybrid.fixedCosts(policy, 1.0, 0.0005, 0.001))); // verifying and drafting nearly free
+        SpeculativeLoop.Result got = loop.generate(prompt, 40, new Sampler(0, 1), Math::random, Set.of());
         assertEquals(base.tokens, got.tokens);
         assertTrue("the drafter continued lookup prefixes", got.chainRounds > 0);
     }

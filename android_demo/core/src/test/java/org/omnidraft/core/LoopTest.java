@@ -106,21 +106,21 @@ public class LoopTest {
         for (String text : List.of("def add(a, b):", "Once upon a time, the café", "中文 tea 🍵")) {
             List<Integer> prompt = new ArrayList<>(List.of(2)); // Gemma's <bos>
             prompt.addAll(tt.encode(text));
-            SpeculativeLoop.Result base = new SpeculativeLoop(target, null, bridge, List.of(), null)
-                    .generate(prompt, 20, new DraftLength(DraftLength.Policy.FIXED, 1, 1, 0.5), new Sampler(0, 1), Math::random, Set.of(), 2);
+            SpeculativeLoop.Result base = new SpeculativeLoop(target, null)
+                    .generate(prompt, 20, new Sampler(0, 1), Math::random, Set.of());
             NGramCache cache = new NGramCache(20000, 8);
             for (DraftLength.Policy policy : List.of(DraftLength.Policy.FIXED, DraftLength.Policy.HEURISTIC)) {
                 Bigram drafter = new Bigram(dt.size(), 192, 7, boost);
-                SpeculativeLoop loop = new SpeculativeLoop(target, drafter, bridge, List.of(), cache);
-                loop.collectExample = true;
-                SpeculativeLoop.Result got = loop.generate(prompt, 20, new DraftLength(policy, 4, 6, 0.5), new Sampler(0, 1),
-                        Math::random, Set.of(), 2);
+                DraftModel drafting = new DraftModel(drafter, bridge, List.of(), cache, new DraftLength(policy, 4, 6, 0.5), 2,
+                        null, true, Golden.policy());
+                SpeculativeLoop.Result got = new SpeculativeLoop(target, drafting).generate(prompt, 20, new Sampler(0, 1),
+                        Math::random, Set.of());
                 assertEquals(text + " " + policy, base.tokens, got.tokens);
                 assertTrue(got.drafted > 0 && got.accepted <= got.drafted);
                 assertTrue("the smart drafter is accepted sometimes", got.accepted > 0);
                 assertTrue(got.targetCalls < base.targetCalls);
                 // the training example spells the drafter's prompt and then exactly the committed text
-                TrainingExample e = loop.lastExample;
+                TrainingExample e = drafting.lastExample();
                 byte[] spelled = dt.decodeBytes(e.ids);
                 byte[] prompted = tt.decodeBytes(prompt.subList(1, prompt.size()));
                 byte[] reply = tt.decodeBytes(got.tokens);
@@ -168,19 +168,20 @@ public class LoopTest {
                 return super.run(input, start, nLogits);
             }
         };
-        SpeculativeLoop loop = new SpeculativeLoop(target, twin, identity, List.of(), null);
-        loop.onlineHead = new OnlineHead(head, 4096);
-        List<Integer> prompt = dt.encode("User: how are you?");
+        OnlineHead online = new OnlineHead(head, 4096);
         DraftLength auto = new DraftLength(DraftLength.Policy.AUTO, 4, 8, 0.5);
-        SpeculativeLoop.Result first = loop.generate(prompt, 30, auto, new Sampler(0, 1), Math::random, Set.of(), -1);
+        SpeculativeLoop loop = new SpeculativeLoop(target,
+                new DraftModel(twin, identity, List.of(), null, auto, -1, online, false, Golden.policy()));
+        List<Integer> prompt = dt.encode("User: how are you?");
+        SpeculativeLoop.Result first = loop.generate(prompt, 30, new Sampler(0, 1), Math::random, Set.of());
         // prior P = sigmoid(6 * 0.9 - 3) = 0.917 per token: drafts run until 1 - P^k > 0.5, or to the cap
         double p = head.prob(new float[] {1f, 0.9f, 0f});
         int expected = 1;
         while (expected < 8 && 1 - Math.pow(p, expected) <= 0.5) expected++;
         assertEquals(expected * first.targetCalls, first.drafted, expected * 2); // last rounds may be cut by maxNew
-        loop.onlineHead.update(30, 0.03, 0.1); // every draft was accepted: the head grows more confident
+        online.update(30, 0.03, 0.1); // every draft was accepted: the head grows more confident
         assertTrue(head.prob(new float[] {1f, 0.9f, 0f}) > p);
-        assertEquals(1, loop.onlineHead.updates);
+        assertEquals(1, online.updates);
     }
 
     @Test
@@ -190,8 +191,10 @@ public class LoopTest {
         Bigram target = new Bigram(dt.size(), 96, 3, null);
         Bigram twin = new Bigram(dt.size(), 96, 3, null);
         List<Integer> prompt = dt.encode("User: how are you?");
-        SpeculativeLoop.Result r = new SpeculativeLoop(target, twin, identity, List.of(), null)
-                .generate(prompt, 25, new DraftLength(DraftLength.Policy.FIXED, 4, 4, 0.5), new Sampler(0, 1), Math::random, Set.of(), -1);
+        DraftModel drafting = new DraftModel(twin, identity, List.of(), null, new DraftLength(DraftLength.Policy.FIXED, 4, 4, 0.5),
+                -1, null, false, Golden.policy());
+        SpeculativeLoop.Result r = new SpeculativeLoop(target, drafting).generate(prompt, 25, new Sampler(0, 1), Math::random,
+                Set.of());
         assertEquals(r.drafted, r.accepted);
         assertEquals(25, r.tokens.size());
         assertEquals(5.0, r.tokensPerTargetCall(), 0.01);

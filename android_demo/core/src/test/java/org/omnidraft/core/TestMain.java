@@ -8,7 +8,7 @@ import org.junit.runner.notification.Failure;
 public final class TestMain {
     public static void main(String[] args) {
         Result r = JUnitCore.runClasses(TokenizerTest.class, BridgeTest.class, FamiliesTest.class, VerifyTest.class, LoopTest.class,
-                TrainingExampleTest.class, LookupTest.class, HybridTest.class, BundleManifestTest.class);
+                TrainingExampleTest.class, LookupTest.class, HybridTest.class, BundleManifestTest.class, RoundTraceTest.class);
         for (Failure f : r.getFailures()) System.err.println("FAILED " + f.getTestHeader() + ": " + f.getMessage());
         int failed = r.getFailureCount();
         System.out.println((r.getRunCount() - failed) + " passed, " + failed + " failed");

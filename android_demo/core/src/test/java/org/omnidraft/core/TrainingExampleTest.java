@@ -58,7 +58,7 @@ public class TrainingExampleTest {
         assertEquals(hits, TrainingExample.unitHits(ids, units, choice));
 
         // The schedule's guard reads the same choices from a drafter, a few tokens per call.
-        OnlineSchedule schedule = new OnlineSchedule(2, window);
+        OnlineSchedule schedule = new OnlineSchedule(Golden.policy(), 2, window);
         assertFalse(schedule.add(e)); // the 1st example is held out
         assertEquals(1, schedule.heldOut().size());
         ModelRunner drafter = new ModelRunner(Golden.drafter().size(), 64) {
@@ -77,12 +77,12 @@ public class TrainingExampleTest {
     @Test
     public void scheduleHoldsOutAndUpdatesAsTheAdapterDoes() throws Exception {
         Map<String, Object> g = Golden.load("training.json");
-        OnlineSchedule schedule = new OnlineSchedule(2, 48);
+        OnlineSchedule schedule = new OnlineSchedule(Golden.policy(), 2, 48);
         List<Integer> due = new ArrayList<>();
         for (int i = 1; i <= 12; i++) if (schedule.add(example(g))) due.add(i);
         assertEquals(List.of(4, 8, 12), due);
         assertEquals(3, schedule.heldOut().size()); // examples 1, 6, 11
-        assertEquals(OnlineSchedule.STEPS, schedule.batches().size());
+        assertEquals(Golden.policy().steps, schedule.batches().size());
         assertFalse(schedule.add(new TrainingExample(new VocabBridge(Golden.drafter(), Golden.target()), List.of())));
     }
 
@@ -91,15 +91,16 @@ public class TrainingExampleTest {
     public void scheduleDefaultsAndPiecesMatchPython() throws Exception {
         Map<String, Object> s = Json.object(Golden.load("training.json").get("schedule"));
         Map<String, Object> d = Json.object(s.get("defaults"));
-        assertEquals(OnlineSchedule.EVERY, num(d.get("every")), 0);
-        assertEquals(OnlineSchedule.HOLDOUT_EVERY, num(d.get("holdout_every")), 0);
-        assertEquals(OnlineSchedule.HOLDOUT, num(d.get("holdout")), 0);
-        assertEquals(OnlineSchedule.BUFFER, num(d.get("buffer")), 0);
-        assertEquals(OnlineSchedule.STEPS, num(d.get("steps")), 0);
-        assertEquals(OnlineSchedule.REPLAY, num(d.get("replay")), 0);
-        assertEquals(OnlineSchedule.WARMUP, num(d.get("warmup")), 0);
-        assertEquals(OnlineSchedule.LR, num(d.get("lr")), 0);
-        assertEquals(OnlineSchedule.GUARD_MARGIN, num(d.get("guard_margin")), 0);
+        Policy p = Golden.policy(); // the bundle's policy section carries AdaptConfig's defaults
+        assertEquals(p.every, num(d.get("every")), 0);
+        assertEquals(p.holdoutEvery, num(d.get("holdout_every")), 0);
+        assertEquals(p.holdout, num(d.get("holdout")), 0);
+        assertEquals(p.buffer, num(d.get("buffer")), 0);
+        assertEquals(p.steps, num(d.get("steps")), 0);
+        assertEquals(p.replay, num(d.get("replay")), 0);
+        assertEquals(p.warmup, num(d.get("warmup")), 0);
+        assertEquals(p.adaptLr, num(d.get("lr")), 0);
+        assertEquals(p.guardMargin, num(d.get("guard_margin")), 0);
         assertEquals(Boolean.TRUE, d.get("prompt_nll"));
         assertEquals(Boolean.TRUE, d.get("guard_base"));
         for (Object o : Json.array(s.get("batches"))) {

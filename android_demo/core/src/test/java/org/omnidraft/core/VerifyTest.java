@@ -31,10 +31,11 @@ public class VerifyTest {
                 q[j] = d == null ? 1.0 : d[draft.get(j)];
             }
             Proposal p = identity.propose(draft, q, null, draft.size());
+            identity.attachDistributions(p, dists);
             List<Object> uniforms = Json.array(c.get("uniforms"));
             int[] used = {0};
             int[] got = Verifier.verify(p, Golden.matrix(c.get("target_logits")), sampler,
-                    () -> ((Number) uniforms.get(used[0]++)).doubleValue(), identity, dists);
+                    () -> ((Number) uniforms.get(used[0]++)).doubleValue());
             String what = "case " + n++ + " T=" + c.get("temperature");
             assertEquals(what, Arrays.asList(((Number) c.get("accepted")).intValue(), ((Number) c.get("next")).intValue()),
                     Arrays.asList(got[0], got[1]));

@@ -1,6 +1,6 @@
 """Golden vectors from the Python reference, replayed by the Java core's tests (android_demo/core).
 
-    python -m omnidraft.golden --out DIR
+    python tools/golden.py --out DIR
 
 writes DIR/tokenizers.json (both default tokenizers: fingerprints, encode and
 byte spellings of varied text), DIR/ngram_cache.json (a sequence of cache
@@ -10,9 +10,11 @@ pair turned into target proposals through a learned cache) and DIR/verify.json
 DIR/training.json (a LoRA training example and its padded window) and
 DIR/lookup.json (lookup's history index, continuations, scorer and prefix choice),
 DIR/manifest.json (a current bundle.json as export writes it, and damaged copies with the field
-the Python loader names) and
+the Python loader names), DIR/policy.json (the policy section bundles carry: the runtime's constants),
+DIR/round_trace.json (the hybrid deciding every round on small runners with pinned costs) and
 DIR/families.json (the GPT-2, Llama-3, Qwen2, Phi-3 and cl100k tokenizers and their bridge from the
-default drafter, prepared on first use: tokenizer_families.py). The Java side must match
+default drafter, prepared on first use: omnidraft/tokenizer_families.py). Test tooling, not part of the
+package: run from the repository's root. The Java side must match
 every value exactly.
 """
 
@@ -24,14 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import write_bytes_atomic
-from .models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer
-from .catalog import resolve_model_path
-from .runtime.bridge import VocabBridge
-from .runtime.ngram_cache import NGramCache
-from .runtime.sampling import Sampler
-from .runtime.verify import verify
-from .runtime.vocab import Vocab
+from omnidraft.atomic import write_bytes_atomic
+from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_tokenizer
+from omnidraft.catalog import resolve_model_path
+from omnidraft.export.policy import policy
+from omnidraft.runtime.bridge import VocabBridge
+from omnidraft.runtime.ngram_cache import NGramCache
+from omnidraft.runtime.sampling import Sampler
+from omnidraft.runtime.verify import verify
+from omnidraft.runtime.vocab import Vocab
 
 TEXTS = [
     "Hello, world!",
@@ -81,7 +84,7 @@ def vocab_vectors(v: Vocab, texts: list[str] = TEXTS) -> dict:
 def family_vectors(drafter: Vocab) -> dict:
     """Per tokenizer family (tokenizer_families.py): its tokenizer vectors on TEXTS and llama.cpp's
     test texts, and the bridge from the default drafter (bridge_vectors with that family as target)."""
-    from .tokenizer_families import ground_truth, prepare_families
+    from omnidraft.tokenizer_families import ground_truth, prepare_families
 
     out = {}
     for family, path in prepare_families().items():
@@ -170,7 +173,7 @@ def synthetic_rows(n: int, vocab: int) -> np.ndarray:
 
 def training_vectors(vocabs: dict, window: int = 48) -> dict:
     """A LoRA training example from committed tokens (KL and NLL units) and its padded window."""
-    from .adaptation.examples import ExampleBuilder, Mapping, unit_hits
+    from omnidraft.adaptation.examples import ExampleBuilder, Mapping, unit_hits
 
     bridge = VocabBridge(vocabs["drafter"], vocabs["target"])
     mapping = Mapping.from_bridge(bridge)
@@ -200,8 +203,8 @@ def training_vectors(vocabs: dict, window: int = 48) -> dict:
 
 def schedule_vectors() -> dict:
     """The adapter's defaults and the pure parts of its schedule: replay batches, the guard's verdict, warm-up."""
-    from .adaptation.online import AdaptConfig, guard_keeps, replay_batches
-    from .adaptation.update_rule import RULE
+    from omnidraft.adaptation.online import AdaptConfig, guard_keeps, replay_batches
+    from omnidraft.adaptation.update_rule import RULE
 
     c = AdaptConfig()
     defaults = {k: getattr(c, k) for k in ("every", "holdout_every", "holdout", "buffer", "steps", "replay", "warmup",
@@ -221,9 +224,9 @@ def manifest_vectors(vocabs: dict) -> dict:
     damaged copies: each with the field the loader's error names (the app's reader must name it too)."""
     import copy
 
-    from .adaptation.examples import Mapping
-    from .adaptation.update_rule import RULE
-    from .bundle import VERSION, Manifest, ManifestError, ModelEntry, read_manifest
+    from omnidraft.adaptation.examples import Mapping
+    from omnidraft.adaptation.update_rule import RULE
+    from omnidraft.bundle import VERSION, Manifest, ManifestError, ModelEntry, read_manifest
 
     def entry(role, vocab, layers, graphs, **extra):
         return ModelEntry(f"tiny-{role}", len(vocab), 64, 5, [layers, 1, 1, 64, 16], f"tokenizers/{role}",
@@ -246,7 +249,7 @@ def manifest_vectors(vocabs: dict) -> dict:
                 "kernels": "portable", "lora": {"rank": 4, "alpha": 8.0, "targets": ["q_proj"]}, "lora_inputs": lora}
     good = Manifest(64, 4, "none", bridge.pair_id, models, files,
                     eos_ids=[1, 106], chat_eos_ids=[106], ngram_cache="ngram_cache.json", training=training,
-                    created="2026-12-05").to_dict()
+                    created="2026-12-05", policy=policy()).to_dict()
     assert good["version"] == VERSION
     read_manifest(good, Path("bundle.json"))
 
@@ -281,6 +284,11 @@ def manifest_vectors(vocabs: dict) -> dict:
         lambda m: m.update(chat_eos_ids=[len(vocabs["target"])]),
         lambda m: m.update(ngram_cache="not_listed.json"),
         lambda m: m["models"]["drafter"]["acceptance_head"].update(features=1),
+        lambda m: m["policy"].pop("hybrid"),
+        lambda m: m["policy"]["hybrid"].update(explore_share=1.5),
+        lambda m: m["policy"]["drafting"].update(catchup_window=0),
+        lambda m: m["policy"]["lookup"].update(scorer_prior=[0.0] * 5),
+        lambda m: m["policy"]["adaptation"].update(lr="0.001"),
     ]
     return {"version": VERSION, "manifest": json.dumps(good, indent=1), "without_training": json.dumps(plain, indent=1),
             "damaged": [damaged(fn) for fn in damages]}
@@ -306,9 +314,9 @@ LOOKUP_QUERIES = [
 
 def lookup_vectors(vocabs: dict) -> dict:
     """The lookup index, walk, scorer and hybrid prefix choice on the real target tokenizer's ids."""
-    from .runtime.hybrid import options
-    from .runtime.lookup import HistoryIndex, find_candidates
-    from .runtime.lookup_proposer import LookupScorer
+    from omnidraft.runtime.hybrid import options
+    from omnidraft.runtime.lookup import HistoryIndex, find_candidates
+    from omnidraft.runtime.lookup_proposer import LookupScorer
 
     tv = vocabs["target"]
     enc = lambda text: tv.encode_bytes(text.encode(), lenient=True)  # noqa: E731
@@ -345,7 +353,7 @@ def lookup_vectors(vocabs: dict) -> dict:
 
 def hybrid_vectors(rng: np.random.Generator) -> dict:
     """The hybrid's pieces: the target cost fit, the drafter's running figures, and each round's choice."""
-    from .runtime.hybrid import CARRY, EXPLORE_SHARE, CallCosts, DrafterRounds, options
+    from omnidraft.runtime.hybrid import CARRY, EXPLORE_SHARE, CallCosts, DrafterRounds, options
 
     costs = CallCosts()
     fits = []
@@ -376,6 +384,87 @@ def hybrid_vectors(rng: np.random.Generator) -> dict:
             "cases": cases}
 
 
+def java_bigram_row(last: int, vocab: int, seed: int, boost) -> np.ndarray:
+    """The Java tests' small deterministic model (LoopTest.Bigram), bit for bit: a hash of (last, v, seed) per
+    logit in 64-bit wrapping arithmetic, and 100 on the favoured token after `last` when boost has one."""
+    mask = (1 << 64) - 1
+    v = np.arange(vocab, dtype=np.uint64)
+    h = np.uint64(last * 0x9E3779B97F4A7C15 & mask) ^ (v * np.uint64(0xC2B2AE3D27D4EB4F)) ^ np.uint64(seed & mask)
+    h ^= h >> np.uint64(31)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(29)
+    row = (h & np.uint64(0xFFFF)).astype(np.float32) / np.float32(6553.6)
+    if boost is not None and last < len(boost) and boost[last] >= 0:
+        row[boost[last]] = 100.0
+    return row
+
+
+def round_trace_vectors(vocabs: dict) -> dict:
+    """The hybrid deciding whole rounds on small runners with pinned costs: per round, the lookup prefix and
+    drafter tokens proposed, the accepted count and the target's token (the Java core replays it exactly).
+    The target follows a short cycle of tokens that have draft twins (lookup's ground); the drafter knows
+    the cycle for two draft tokens in three."""
+    from omnidraft.runtime.decoding import GenerationConfig, SpeculativeDecoder
+    from omnidraft.runtime.drafting import DraftModel
+    from omnidraft.runtime.hybrid import CallCosts, Hybrid
+    from omnidraft.runtime.lookup_proposer import LOOKUP, LookupProposer
+    from omnidraft.runtime.runner import ModelRunner, Step
+
+    class Bigram(ModelRunner):
+        def __init__(self, vocab, context, seed, boost):
+            super().__init__(vocab, context)
+            self.seed, self.boost = seed, boost
+
+        def _forward(self, tokens, start, n_logits):
+            return Step(np.stack([java_bigram_row(int(t), self.vocab_size, self.seed, self.boost)
+                                  for t in tokens[-n_logits:]]))
+
+    class Recorder:  # the hybrid, each round written down
+        def __init__(self, inner):
+            self.inner, self.rounds = inner, []
+
+        def begin(self, seq, config, rng):
+            self.inner.begin(seq, config, rng)
+
+        def propose(self, seq, budget, after=None):
+            return self.inner.propose(seq, budget, after)
+
+        def observe(self, seq, rnd):
+            lookup = 0
+            while lookup < len(rnd.proposal) and rnd.proposal.sources[lookup] == LOOKUP:
+                lookup += 1
+            self.rounds.append([lookup, len(rnd.proposal) - lookup, rnd.accepted, rnd.next_token])
+            self.inner.observe(seq, rnd)
+
+        def end(self, weights_changed=False, remember=True):
+            return self.inner.end(weights_changed, remember)
+
+    dv, tv = vocabs["drafter"], vocabs["target"]
+    bridge = VocabBridge(dv, tv)
+    twins = [t for t in bridge.draft_to_target.tolist() if t >= 0]
+    cycle = [twins[(i * 7919) % len(twins)] for i in range(11)]
+    favourite = [cycle[(t * 31) % len(cycle)] for t in range(len(tv))]
+    for i, t in enumerate(cycle):
+        favourite[t] = cycle[(i + 1) % len(cycle)]
+    target_to_draft = {t: d for d, t in enumerate(bridge.draft_to_target.tolist()) if t >= 0}
+    boost = [target_to_draft.get(favourite[t], -1) if t >= 0 and d % 3 else -1
+             for d, t in enumerate(bridge.draft_to_target.tolist())]
+    prompts = [[2, *tv.tokenizer.encode(text, add_special_tokens=False)]
+               for text in ("one two three one two three one two", "def add(a, b):")]
+    runs = []
+    for costs in ((1.0, 0.01, 0.05), (1.0, 0.0005, 0.001)):
+        target = Bigram(len(tv), 256, 1, favourite)
+        drafting = DraftModel.between(target, tv, Bigram(len(dv), 512, 7, boost), dv, ngram_cache=True)
+        recorder = Recorder(Hybrid(LookupProposer(None), drafting, CallCosts(fixed=costs)))
+        decoder = SpeculativeDecoder(target, tv, recorder)
+        for prompt in prompts:
+            recorder.rounds = []
+            result = decoder.generate(prompt, GenerationConfig(max_new_tokens=40, draft_len=3))
+            runs.append({"costs": list(costs), "prompt": prompt, "tokens": result.token_ids, "rounds": recorder.rounds})
+    return {"draft_prefix": list(dv.tokenizer.encode("", add_special_tokens=True)), "favourite": favourite,
+            "boost": boost, "target_vocab": len(tv), "drafter_vocab": len(dv), "runs": runs}
+
+
 def write_all(out: Path) -> None:
     vocabs = {role: Vocab.from_tokenizer(load_tokenizer(resolve_model_path(None, default)))
               for role, default in (("drafter", DEFAULT_DRAFTER), ("target", DEFAULT_TARGET))}
@@ -383,6 +472,7 @@ def write_all(out: Path) -> None:
     files = {"tokenizers.json": tokenizer_vectors(vocabs), "ngram_cache.json": cache_vectors(rng),
              "bridge.json": bridge_vectors(vocabs), "verify.json": verify_vectors(rng),
              "training.json": training_vectors(vocabs), "lookup.json": lookup_vectors(vocabs), "hybrid.json": hybrid_vectors(rng), "manifest.json": manifest_vectors(vocabs),
+             "policy.json": policy(), "round_trace.json": round_trace_vectors(vocabs),
              "families.json": family_vectors(vocabs["drafter"])}
     for name, data in files.items():
         write_bytes_atomic(Path(out) / name, json.dumps(data, ensure_ascii=False).encode("utf-8"))
