@@ -16,7 +16,7 @@ from . import options as opt
 from .cli_build import cmd_draft_head, cmd_export, cmd_make_drafter, cmd_prepare
 from .errors import OmniDraftError
 from .progress import quiet_libraries
-from .runtime.choices import Backend, DraftPolicy
+from .runtime.choices import Backend
 
 EXIT_USER_ERROR = 1
 EXIT_USAGE = 2
@@ -212,8 +212,7 @@ def cmd_generate(args) -> int:
         "text": result.text, **s.to_json(), "target": pair.target_name, "drafter": pair.drafter_name,
         "backend": pair.decoder.target.backend, "speculative": not args.no_speculation,
         "stop_reason": result.stop_reason, "prompt_tokens": len(ids),
-        "draft_len": pair.draft.get("draft_len") if pair.draft.get("draft_policy") == DraftPolicy.FIXED
-        else pair.draft.get("draft_policy"),
+        "draft_len": pair.draft.describe() if pair.draft else None,
         "temperature": args.temperature, "threads": torch.get_num_threads(),
         "proposer": None if args.no_speculation else args.proposer,
     }

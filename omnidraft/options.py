@@ -187,7 +187,7 @@ def generation_config(args, pair, chat: bool, **fields):
 
     return GenerationConfig(max_new_tokens=args.max_new_tokens, sampler=Sampler(args.temperature, args.top_p),
                             seed=args.seed, strict_sampling=args.strict_sampling, eos_ids=pair.eos_ids(chat),
-                            **pair.draft, **fields)
+                            **(pair.draft.config_fields() if pair.draft else {}), **fields)
 
 
 def timing_parts(stats) -> list[str]:

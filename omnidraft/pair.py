@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import state
@@ -26,6 +26,7 @@ from .progress import log
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
 from .runtime.choices import Backend, DraftPolicy, ProposerKind
 from .runtime.decoding import SpeculativeDecoder
+from .runtime.draft_length import DraftSettings
 from .runtime.drafting import DraftModel
 from .runtime.bridge import VocabBridge
 from .runtime.hybrid import Hybrid, measurements
@@ -74,7 +75,7 @@ class Pair:
     drafter_name: str | None
     target_vocab: Vocab
     bundle: object = None  # the loaded Bundle when running exported graphs
-    draft: dict = field(default_factory=dict)  # GenerationConfig's draft-length fields, resolved for this pair
+    draft: DraftSettings | None = None  # how many tokens to draft, resolved for this pair (None: no speculation)
     drafting: DraftModel | None = None  # the drafter as a proposer (alone, or inside the hybrid)
     lookup: LookupProposer | None = None
     hybrid: Hybrid | None = None
@@ -182,41 +183,44 @@ def open_pair(o: PairOptions) -> Pair:
             raise OmniDraftError("--target/--drafter do not apply to a bundle: its models are fixed at export")
         models = _bundle_models(o, with_drafter)
     target, target_vocab, target_name, drafter, draft_vocab, drafter_name, bundle = models
-    pair = Pair(SpeculativeDecoder(target, target_vocab), target_name, drafter_name,
-                target_vocab.padded(target.vocab_size), bundle)
+    names = {"target_name": target_name, "drafter_name": drafter_name,
+             "target_vocab": target_vocab.padded(target.vocab_size), "bundle": bundle}
     if not o.speculative:
-        return pair
-    pair.draft = _draft_options(o, drafter, bundle)
+        return Pair(SpeculativeDecoder(target, target_vocab), **names)
+    draft = _draft_settings(o, drafter, bundle)
+    drafting = lookup = hybrid = adapter = None
+    paths = {}
     if drafter is not None:
-        bridge = VocabBridge(draft_vocab.padded(drafter.vocab_size), pair.target_vocab)
+        bridge = VocabBridge(draft_vocab.padded(drafter.vocab_size), names["target_vocab"])
         seed = bundle.root / bundle.manifest.ngram_cache if bundle and bundle.manifest.ngram_cache else None
-        cache, pair.cache_path = _open_cache(bridge, drafter_name, target_name, o, seed)
+        cache, paths["cache_path"] = _open_cache(bridge, drafter_name, target_name, o, seed)
         predictor = None
-        if pair.draft["draft_policy"] == DraftPolicy.AUTO:
-            predictor, pair.predictor_path = _open_predictor(drafter.head, bridge, drafter_name, target_name, o)
-        pair.drafting = DraftModel(drafter, bridge, cache, predictor)
+        if draft.draft_policy == DraftPolicy.AUTO:
+            predictor, paths["predictor_path"] = _open_predictor(drafter.head, bridge, drafter_name, target_name, o)
+        drafting = DraftModel(drafter, bridge, cache, predictor)
     if o.proposer != ProposerKind.DRAFTER:
         from .lookup_history import open_lookup
 
-        fp = pair.target_vocab.fingerprint
-        pair.history_path = state.history_path(target_name, fp, o.profile) if o.use_history else None
-        pair.lookup = open_lookup(pair.history_path, fp, len(pair.target_vocab), o.history_tokens, log, o.reset)
+        fp = names["target_vocab"].fingerprint
+        paths["history_path"] = state.history_path(target_name, fp, o.profile) if o.use_history else None
+        lookup = open_lookup(paths["history_path"], fp, len(names["target_vocab"]), o.history_tokens, log, o.reset)
     if o.adapt is not None:
-        pair.adapter, pair.adapter_path = _open_adapter(pair, pair.drafting, o)
+        adapter, paths["adapter_path"] = _open_adapter(bundle, drafting, drafter_name, target_name, o)
     if o.proposer == ProposerKind.DRAFTER:
-        proposer = pair.drafting
+        proposer = drafting
     else:
-        proposer = pair.hybrid = Hybrid(pair.lookup, pair.drafting, *_load_costs(pair, target, drafter))
-    pair.decoder = SpeculativeDecoder(target, target_vocab, proposer, pair.adapter)
-    return pair
+        costs = (None, None)
+        if drafting is not None:
+            paths["costs_path"] = state.costs_path(target_name, drafter_name, f"{target.backend}-{drafter.backend}")
+            costs = _load_costs(paths["costs_path"])
+        proposer = hybrid = Hybrid(lookup, drafting, *costs)
+    return Pair(SpeculativeDecoder(target, target_vocab, proposer, adapter), **names, draft=draft, drafting=drafting,
+                lookup=lookup, hybrid=hybrid, adapter=adapter, **paths)
 
 
-def _load_costs(pair: Pair, target, drafter) -> tuple:
+def _load_costs(path: Path) -> tuple:
     """(costs, drafter rounds) the hybrid measured on this machine in earlier runs, or (None, None): fresh
     (a damaged or implausible file is set aside)."""
-    if pair.drafting is None:
-        return None, None
-    pair.costs_path = path = state.costs_path(pair.target_name, pair.drafter_name, f"{target.backend}-{drafter.backend}")
     return StateFile("costs file", path, "measuring afresh").open(
         lambda p: measurements(json.loads(p.read_bytes())), lambda: (None, None), log)
 
@@ -270,7 +274,7 @@ def _bundle_models(o: PairOptions, with_drafter: bool):
     return target, vocabs["target"], names["target"], drafter, vocabs["drafter"], names["drafter"], bundle
 
 
-def _draft_options(o: PairOptions, drafter, bundle) -> dict:
+def _draft_settings(o: PairOptions, drafter, bundle) -> DraftSettings:
     """GenerationConfig's draft-length fields: 'auto' when the drafter has an acceptance head (else 4 per
     round), capped at 8 or the bundle's exported maximum; explicit values are checked against it."""
     bundle_max = bundle.max_draft_len if bundle is not None else None
@@ -283,8 +287,7 @@ def _draft_options(o: PairOptions, drafter, bundle) -> dict:
     if bundle is not None:
         bundle.check_draft_len(draft_len if isinstance(draft_len, int) else cap)
     fixed = isinstance(draft_len, int)
-    return {"draft_policy": DraftPolicy.FIXED if fixed else DraftPolicy(draft_len), "draft_len": draft_len if fixed else 4,
-            "max_draft_len": cap, "gamma": o.gamma}
+    return DraftSettings(DraftPolicy.FIXED if fixed else DraftPolicy(draft_len), draft_len if fixed else 4, cap, o.gamma)
 
 
 def _open_cache(bridge, drafter_name, target_name, o: PairOptions, seed_file=None):
@@ -317,18 +320,18 @@ def _open_predictor(head, bridge: VocabBridge, drafter_name, target_name, o: Pai
     return StateFile("acceptance head", path, "starting a fresh head").open(resume, lambda: predictor, log, o.reset), path
 
 
-def _open_adapter(pair: Pair, drafting: DraftModel, o: PairOptions):
+def _open_adapter(bundle, drafting: DraftModel, drafter_name: str, target_name: str, o: PairOptions):
     """The drafter's online adapter for the profile (eager LoRA, or the bundle's ExecuTorch training program,
     whose fixed shapes then decide the examples per step and their window, as on the phone)."""
     from .adaptation.online import attach
 
     config = o.adapt
-    if pair.bundle is not None and drafting.drafter is not None:
-        training = training_section(pair.bundle, drafting.drafter.backend)
+    if bundle is not None and drafting.drafter is not None:
+        training = training_section(bundle, drafting.drafter.backend)
         config = replace(config, batch=int(training["batch"]), window=int(training["window"]))
-    learner = learner_for(pair.bundle, drafting, config)
-    path = state.adapter_path(pair.drafter_name, pair.target_name, drafting.bridge.pair_id, o.profile)
-    meta = {"drafter": pair.drafter_name, "target": pair.target_name}
+    learner = learner_for(bundle, drafting, config)
+    path = state.adapter_path(drafter_name, target_name, drafting.bridge.pair_id, o.profile)
+    meta = {"drafter": drafter_name, "target": target_name}
     try:
         return attach(learner, drafting.bridge, config, path, meta, o.reset, warn=log), path
     except ValueError as e:

@@ -105,7 +105,9 @@ def test_steps_through_the_program_match_eager_steps(pair, tiny_checkpoints):
         np.testing.assert_allclose(et_losses, eager_losses, atol=1e-4, rtol=1e-4)
     moments = eager.optimizer.state
     for n, p in eager.trainable.items():
-        torch.testing.assert_close(learner.params[n], p.detach(), atol=1e-5, rtol=1e-4)
+        # Adam moves each element by about LR per step whatever its gradient's size, so where a gradient is
+        # near zero the program's and eager's differently ordered sums tilt that step: agree to a 1000th of it
+        torch.testing.assert_close(learner.params[n], p.detach(), atol=1e-3 * LR, rtol=1e-4)
         torch.testing.assert_close(learner.exp_avg[n], moments[p]["exp_avg"], atol=1e-6, rtol=1e-4)
         torch.testing.assert_close(learner.exp_avg_sq[n], moments[p]["exp_avg_sq"], atol=1e-8, rtol=1e-4)
     assert learner.steps == 2

@@ -13,33 +13,22 @@ the update in flight.
 
 from __future__ import annotations
 
-import io
 import math
-import os
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from ..atomic import write_bytes_atomic
 from ..state import locked, set_aside
-from ..store import StateFile, StateFileError
+from ..store import StateFile
+from .adapter_file import AdapterFileError, AdapterSnapshot, AdaptStats, stamp
 from .examples import Example, ExampleBuilder, Mapping
 from .learners import EagerLearner
 from .lora import LoRAConfig
 from .loss import LAMBDA
 from .memory import release_free_memory
-
-FORMAT = "omnidraft-adapter"
-VERSION = 1
-
-
-class AdapterFileError(StateFileError):
-    """The adapter file is unreadable, corrupt or belongs to another drafter/pair/config."""
-
 
 @dataclass
 class AdaptConfig:
@@ -67,20 +56,6 @@ class AdaptConfig:
                 raise ValueError(f"adaptation {name} must be at least 1")
         if self.lam < 0 or self.lr <= 0:
             raise ValueError("adaptation lambda must be >= 0 and the learning rate > 0")
-
-
-@dataclass
-class AdaptStats:
-    examples: int = 0
-    updates: int = 0
-    rollbacks: int = 0
-    steps: int = 0
-    update_seconds: float = 0.0  # total (a list per update would grow the saved file forever)
-    last_loss: float | None = None
-    last_l_dm: float | None = None
-    last_l_ngram: float | None = None
-    holdout_before: float | None = None
-    holdout_after: float | None = None
 
 
 class OnlineAdapter:
@@ -153,7 +128,7 @@ class OnlineAdapter:
     def _catch_up(self) -> bool:
         """Load what another process saved since our last load or save; True if the weights changed."""
         try:
-            mark = _stamp(self.state_path.stat())
+            mark = stamp(self.state_path.stat())
         except FileNotFoundError:
             return False
         if mark == self._disk_mark:
@@ -235,65 +210,37 @@ class OnlineAdapter:
         examples = sum(e.nbytes for e in list(self.buffer) + list(self.heldout))
         return {**self.learner.extra_bytes(), "examples": examples}
 
-    # -- persistence ------------------------------------------------------------------------
+    # -- persistence (adapter_file.py) --------------------------------------------------------
     def save(self) -> None:
-        """Write the adapter (weights, optimizer, counters, pending examples) atomically; no-op without a path."""
+        """Write the adapter (weights, optimizer, counters, pending examples) atomically; no-op without a path.
+        An update trains on the newest `replay` examples only: those are all a later process needs."""
         if self.state_path is None:
             return
-        payload = {
-            "format": FORMAT,
-            "version": VERSION,
-            "meta": self.meta,
-            "state": self.learner.state(),
-            "stats": asdict(self.stats),
-            "since_update": self._since_update,
-            # an update trains on the newest `replay` examples only: those are all a later process needs
-            "buffer": [_example_record(e) for e in list(self.buffer)[-max(self.config.replay, self.config.batch) :]],
-            "heldout": [_example_record(e) for e in self.heldout],
-        }
-        buf = io.BytesIO()
-        torch.save(payload, buf)
+        keep = max(self.config.replay, self.config.batch)
+        snapshot = AdapterSnapshot(self.meta, self.learner.state(), self.stats, self._since_update,
+                                   list(self.buffer)[-keep:], list(self.heldout))
 
         def write(path: Path) -> None:
-            write_bytes_atomic(path, buf.getvalue())
-            self._disk_mark = _stamp(path.stat())  # under the file's lock: no one replaced it since
+            self._disk_mark = snapshot.write(path)  # under the file's lock: no one replaced it since
 
         # full disk, read-only folder: a warning, and adapting goes on in memory
         StateFile("adapter", self.state_path).save(write, self.warn or (lambda message: None))
 
     def load(self, path: Path) -> None:
-        """Restore a saved adapter; AdapterFileError if it is not ours."""
+        """Restore a saved adapter; AdapterFileError (nothing changed) if it is not ours."""
+        snapshot, mark = AdapterSnapshot.read(path, self.meta, len(self.mapping))
         try:
-            with open(path, "rb") as f:  # the stamp of the very file read: another process may replace it meanwhile
-                mark = _stamp(os.fstat(f.fileno()))
-                payload = torch.load(f, map_location="cpu", weights_only=True)
-            if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-                raise AdapterFileError("not an OmniDraft adapter file")
-            if payload.get("version") != VERSION:
-                raise AdapterFileError(f"adapter format version {payload.get('version')}, expected {VERSION}")
-            if payload["meta"] != self.meta:
-                raise AdapterFileError("made for another drafter, target or LoRA configuration")
-            stats = payload["stats"]
-            if isinstance(stats.get("update_seconds"), list):  # files written before it was a total
-                stats["update_seconds"] = sum(stats["update_seconds"])
-            stats = AdaptStats(**stats)
-            buffer = [_example_from(r, len(self.mapping)) for r in payload.get("buffer", [])]
-            heldout = [_example_from(r, len(self.mapping)) for r in payload.get("heldout", [])]
-            since = int(payload.get("since_update", 0))
-            if not all(isinstance(getattr(stats, k), int) and getattr(stats, k) >= 0
-                       for k in ("examples", "updates", "rollbacks", "steps")) or not 0 <= since < 10**6:
-                raise AdapterFileError("damaged (counters)")
-            self.learner.load_state(payload["state"])  # checks every tensor before changing anything
-            self.stats, self._since_update = stats, since
-            self.buffer.clear()
-            self.buffer.extend(buffer)
-            self.heldout.clear()
-            self.heldout.extend(heldout)
-            self._disk_mark = mark
+            self.learner.load_state(snapshot.state)  # checks every tensor before changing anything
         except AdapterFileError:
             raise
-        except Exception as e:  # noqa: BLE001 - torch.load raises many kinds on a damaged file
+        except Exception as e:  # noqa: BLE001 - a damaged tensor dict fails in many ways
             raise AdapterFileError(f"unreadable ({type(e).__name__})") from e
+        self.stats, self._since_update = snapshot.stats, snapshot.since_update
+        self.buffer.clear()
+        self.buffer.extend(snapshot.buffer)
+        self.heldout.clear()
+        self.heldout.extend(snapshot.heldout)
+        self._disk_mark = mark
 
 
 def replay_batches(buffered: int, batch: int, steps: int, replay: int) -> list[list[int]]:
@@ -323,30 +270,3 @@ def attach(model, bridge, config: AdaptConfig, state_path: Path | None, meta: di
         return adapter
 
     return StateFile("adapter", state_path, "starting a fresh adapter").open(resume, lambda: adapter, warn, reset)
-
-
-def _stamp(st: os.stat_result) -> tuple:
-    """Which saved version of the file this is (every save is a new file renamed into place)."""
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def _example_record(e: Example) -> dict:
-    """An example as tensors (what torch.load(weights_only=True) reads back)."""
-    return {"ids": torch.from_numpy(np.asarray(e.ids, dtype=np.int64)),
-            "kl_pos": torch.from_numpy(np.asarray(e.kl_pos, dtype=np.int64)),
-            "kl_target": torch.from_numpy(np.asarray(e.kl_target, dtype=np.float16)),
-            "nll_pos": torch.from_numpy(np.asarray(e.nll_pos, dtype=np.int64)),
-            "units": torch.tensor(e.units, dtype=torch.int64).reshape(-1, 2)}
-
-
-def _example_from(r: dict, n_mapped: int) -> Example:
-    """An example read back, every field checked (positions inside the example, rows of the mapped width)."""
-    ids, kl_pos, kl_target, nll_pos, units = (r[k].numpy() for k in ("ids", "kl_pos", "kl_target", "nll_pos",
-                                                                        "units"))
-    n = len(ids)
-    ok = (ids.ndim == 1 and kl_pos.ndim == 1 and nll_pos.ndim == 1 and kl_target.ndim == 2
-          and kl_target.shape == (len(kl_pos), n_mapped) and units.ndim == 2 and units.shape[1] == 2
-          and all(((x >= 0) & (x < n)).all() for x in (kl_pos, nll_pos, units)) and (ids >= 0).all())
-    if not ok:
-        raise AdapterFileError("damaged (a pending example)")
-    return Example(ids, kl_pos, kl_target, nll_pos, [tuple(map(int, u)) for u in units])

@@ -12,8 +12,27 @@ Both adaptive policies are capped by `max_len` (the bundle's exported maximum).
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from ..errors import OmniDraftError
 from .choices import DraftPolicy
+
+
+@dataclass(frozen=True)
+class DraftSettings:
+    """How many tokens to draft, resolved for a pair (GenerationConfig's draft-length fields)."""
+
+    draft_policy: DraftPolicy = DraftPolicy.FIXED
+    draft_len: int = 4  # k: the fixed length, or where the heuristic starts
+    max_draft_len: int = 8  # the adaptive policies' cap (a bundle's exported maximum at most)
+    gamma: float = 0.5  # auto: stop once the draft is more likely than this to be cut
+
+    def config_fields(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> int | str:
+        """k for a fixed length, else the policy's name (the CLI report's draft_len)."""
+        return self.draft_len if self.draft_policy == DraftPolicy.FIXED else str(self.draft_policy)
 
 
 class DraftLength:
