@@ -45,8 +45,11 @@ def non_negative_float(text: str) -> float:
 
 
 def probability(text: str) -> float:
-    value = non_negative_float(text)
-    if not 0 < value <= 1:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:  # nan and inf too
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
     return value
 

@@ -21,11 +21,19 @@ import os
 import time
 from pathlib import Path
 
+from .errors import OmniDraftError
+
 
 
 def omnidraft_home() -> Path:
-    """Where models, bundles and every piece of learned state live ($OMNIDRAFT_HOME, default ~/.cache/omnidraft)."""
-    return Path(os.environ.get("OMNIDRAFT_HOME", Path.home() / ".cache" / "omnidraft"))
+    """Where models, bundles and every piece of learned state live ($OMNIDRAFT_HOME, default ~/.cache/omnidraft);
+    one clear error when it names a file or a link that leads nowhere."""
+    home = Path(os.environ.get("OMNIDRAFT_HOME", Path.home() / ".cache" / "omnidraft"))
+    if home.exists() and not home.is_dir() or home.is_symlink() and not home.exists():
+        where = "OMNIDRAFT_HOME" if "OMNIDRAFT_HOME" in os.environ else "the state folder"
+        raise OmniDraftError(f"{where} {home} is not a folder (a file, or a link that leads nowhere): "
+                             "point OMNIDRAFT_HOME at a folder")
+    return home
 
 
 def ngram_path(drafter: str, target: str, pair_id: str) -> Path:

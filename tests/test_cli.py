@@ -40,6 +40,7 @@ def assert_one_line_error(proc, needle, code=None):
         (["simulate", "--bundle", "b", "--draft-len", "-2"], "--draft-len: must be at least 1"),
         (["generate", "--prompt", "x", "--max-new-tokens", "-3"], "--max-new-tokens: must be at least 1"),
         (["generate", "--prompt", "x", "--top-p", "1.5"], "--top-p: must be in (0, 1]"),
+        (["generate", "--prompt", "x", "--top-p", "nan"], "--top-p: must be in (0, 1], got nan"),
         (["generate", "--prompt", "x", "--temperature", "nan"], "--temperature"),
         (["generate", "--prompt", "x", "--target", "/no/such/model"], "model path does not exist"),
         (["generate"], "one of the arguments --prompt --prompt-file is required"),
@@ -191,4 +192,14 @@ def test_models_folder_a_dangling_link_is_one_line(tmp_path):
     assert_one_line_error(run("generate", "--prompt", "x", home=home), "which does not exist")
     (home / "models").unlink()
     (home / "models").write_text("not a folder")
+    assert_one_line_error(run("generate", "--prompt", "x", home=home), "is not a folder")
+
+
+def test_a_home_that_is_a_file_or_leads_nowhere_is_one_line(tmp_path):
+    home = tmp_path / "home"
+    home.write_text("a file")
+    for args in (["generate", "--prompt", "x"], ["prepare"], ["export", "--out", tmp_path / "b"]):
+        assert_one_line_error(run(*args, home=home), "OMNIDRAFT_HOME")
+    home.unlink()
+    home.symlink_to(tmp_path / "nowhere", target_is_directory=True)
     assert_one_line_error(run("generate", "--prompt", "x", home=home), "is not a folder")
