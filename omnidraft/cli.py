@@ -193,25 +193,30 @@ def cmd_generate(args) -> int:
     quiet_libraries()
     import torch
 
+    from .api import Model
     from .pair import open_pair
 
     args.threads = opt.threads(args.threads)
     if args.threads:
         torch.set_num_threads(args.threads)
-    pair = open_pair(opt.pair_options(args, speculative=not args.no_speculation, adapt=args.adapt))
-    ids = pair.encode_prompt(prompt, chat=args.chat)
-    config = opt.generation_config(args, pair, args.chat, stop_strings=tuple(args.stop),
-                                   speculative=not args.no_speculation)
-    stream = None if args.json else (lambda piece: (sys.stdout.write(piece), sys.stdout.flush()))
-    try:
-        result = pair.decoder.generate(ids, config, on_text=stream)
-    finally:
-        pair.save_cache()
+    model = Model(open_pair(opt.pair_options(args, speculative=not args.no_speculation, adapt=args.adapt)))
+    pair = model.pair
+    request = {"prompt": None, "messages": [{"role": "user", "content": prompt}]} if args.chat else {"prompt": prompt}
+    request.update(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                   stop=args.stop, strict_sampling=args.strict_sampling)
+    with model:  # what the pair learned is saved, even when the generation fails
+        if args.json:
+            result = model.generate(**request)
+        else:
+            for piece in model.stream(**request):
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+            result = model.last
     s = result.stats
     report = {
         "text": result.text, **s.to_json(), "target": pair.target_name, "drafter": pair.drafter_name,
         "backend": pair.decoder.target.backend, "speculative": not args.no_speculation,
-        "stop_reason": result.stop_reason, "prompt_tokens": len(ids),
+        "stop_reason": result.stop_reason,
         "draft_len": pair.draft.describe() if pair.draft else None,
         "temperature": args.temperature, "threads": torch.get_num_threads(),
         "proposer": None if args.no_speculation else args.proposer,

@@ -184,13 +184,11 @@ def pair_options(args, speculative: bool = True, adapt: bool = False, **override
 
 
 def generation_config(args, pair, chat: bool, **fields):
-    """A GenerationConfig from the options, with the pair's resolved draft length and end-of-turn ids."""
-    from .runtime.decoding import GenerationConfig
-    from .runtime.sampling import Sampler
+    """A GenerationConfig from the options (api.generation_config: the pair's draft length and end-of-turn ids)."""
+    from .api import generation_config
 
-    return GenerationConfig(max_new_tokens=args.max_new_tokens, sampler=Sampler(args.temperature, args.top_p),
-                            seed=args.seed, strict_sampling=args.strict_sampling, eos_ids=pair.eos_ids(chat),
-                            **(pair.draft.config_fields() if pair.draft else {}), **fields)
+    return generation_config(pair, chat, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                             top_p=args.top_p, seed=args.seed, strict_sampling=args.strict_sampling, **fields)
 
 
 def timing_parts(stats) -> list[str]:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
-from .. import __version__
 from ..adaptation.loss import LAMBDA
+from ..version import __version__
 from ..atomic import atomic_directory
 from ..bundle import Manifest, ModelEntry, file_entry
 from ..draft_head import apply_draft_head

@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 import time
 from collections import Counter
+from collections.abc import Generator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,6 +87,7 @@ class _Run:
     start: float
     prefill_s: float = 0.0
     reused: int = 0
+    prompt_tokens: int = 0
     generated: list[int] = field(default_factory=list)
     stop_reason: str | None = None
     calls: int = 0
@@ -123,6 +125,32 @@ class SpeculativeDecoder:
             self._round(run)
         return self._finish(run, learn)
 
+    def stream(self, target_prompt: list[int], config: GenerationConfig, learn: bool = True,
+               done=None) -> Generator[str, None, GenerationResult]:
+        """generate() as an iterator over the text as it is accepted (each round's new text); the iterator's
+        return value is the GenerationResult, also passed to done(result) when given. Closed early (the
+        consumer stopped reading), the generation ends there with stop_reason "cancelled" (done still hears
+        of it), and what it learned is kept."""
+        pieces: list[str] = []
+        run = self._prefill(target_prompt, config, pieces.append, learn)
+        try:
+            while run.stop_reason is None:
+                self._round(run)
+                while pieces:
+                    yield pieces.pop(0)
+        except GeneratorExit:
+            run.stop_reason = "cancelled"
+            result = self._finish(run, learn)
+            if done is not None:
+                done(result)
+            raise
+        result = self._finish(run, learn)
+        if done is not None:
+            done(result)
+        while pieces:
+            yield pieces.pop(0)
+        return result
+
     def _prefill(self, target_prompt: list[int], config: GenerationConfig, on_text, learn: bool) -> _Run:
         """Check the prompt, bring the target's cache up to it (reusing what it holds), start the proposer."""
         if not target_prompt:
@@ -135,6 +163,7 @@ class SpeculativeDecoder:
         run = _Run(config, list(target_prompt), np.random.default_rng(config.seed),
                    _TextStream(self.target_vocab, config.stop_strings, on_text), speculative,
                    self.adapter if speculative and learn else None, time.perf_counter())
+        run.prompt_tokens = len(run.seq)
         run.reused = prefill(self.target, run.seq)  # reuse what the cache holds (a chat's earlier turns)
         if speculative:
             self.proposer.begin(run.seq, config, run.rng)
@@ -215,7 +244,7 @@ class SpeculativeDecoder:
             timings=Timings.of(run.call_times[False], run.call_times[True], drafter.step_seconds),
             draft_policy=run.config.draft_policy, prompt_tokens_reused=run.reused,
             accepted_lengths=dict(sorted(Counter(n for _, _, n in run.rounds).items())), rounds=run.rounds,
-            adaptation=adaptation)
+            adaptation=adaptation, prompt_tokens=run.prompt_tokens)
         return GenerationResult(run.out.text, run.generated, run.stop_reason, stats)
 
 

@@ -1,0 +1,139 @@
+"""The Python API: a pair opened in one call; generate and stream with the names users know.
+
+    import omnidraft
+
+    with omnidraft.load() as m:  # the default pair on eager PyTorch; or backend="executorch", bundle=DIR
+        print(m.generate("Once upon a time", max_new_tokens=64).text)
+        for piece in m.stream(messages=[{"role": "user", "content": "Hi"}]):
+            print(piece, end="", flush=True)
+
+load() takes PairOptions' fields by name (target, drafter, backend, bundle, proposer, threads,
+profile, draft_len, use_history, adapt=True or an AdaptConfig, ...; the proposer defaults to the
+hybrid, as on the command line). Results carry the text, the token ids, why generation stopped
+and typed statistics. What the pair learned is saved when the `with` block ends (or save(), close()).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import OmniDraftError
+from .pair import Pair, PairOptions, open_pair
+from .runtime.choices import Backend, ProposerKind
+from .runtime.decoding import GenerationConfig, GenerationResult
+from .runtime.sampling import Sampler
+
+
+def load(**options) -> "Model":
+    """Open a pair (every option checked before any model loads); see the module's docstring."""
+    known = {f.name for f in dataclasses.fields(PairOptions)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise OmniDraftError(f"unknown option {', '.join(unknown)}; load() takes {', '.join(sorted(known))}")
+    options.setdefault("proposer", ProposerKind.HYBRID)
+    if options.get("adapt") is True:
+        from .adaptation.online import AdaptConfig
+
+        options["adapt"] = AdaptConfig()
+    elif options.get("adapt") is False:
+        options["adapt"] = None
+    if options.get("bundle") is not None:
+        options["bundle"] = Path(options["bundle"])
+    threads = options.get("threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise OmniDraftError(f"threads must be a whole number >= 1, got {threads!r}")
+    if threads is not None and options.get("backend", Backend.EAGER) == Backend.EAGER:
+        import torch
+
+        torch.set_num_threads(threads)
+    return Model(open_pair(PairOptions(**options)))
+
+
+class Model:
+    """An opened pair: generate() and stream() a prompt or a conversation."""
+
+    def __init__(self, pair: Pair):
+        self.pair = pair
+        self.last: GenerationResult | None = None  # the last generation's result (stream()'s too)
+
+    def generate(self, prompt: str | None = None, *, messages: list[dict] | None = None, max_new_tokens: int = 64,
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, stop: str | list[str] = (),
+                 strict_sampling: bool = False, learn: bool = True) -> GenerationResult:
+        """The reply to a prompt (plain text) or to messages (the target's chat format). Temperature 0 is
+        greedy and exact: the target's own greedy output. strict_sampling: cross-vocabulary sampling exactly
+        lossless (docs/exactness.md). learn=False keeps nothing of this generation."""
+        ids, config = self._request(prompt, messages, max_new_tokens, temperature, top_p, seed, stop, strict_sampling)
+        self.last = self.pair.decoder.generate(ids, config, learn=learn)
+        return self.last
+
+    def stream(self, prompt: str | None = None, *, messages: list[dict] | None = None, max_new_tokens: int = 64,
+               temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, stop: str | list[str] = (),
+               strict_sampling: bool = False, learn: bool = True) -> Iterator[str]:
+        """generate(), as the text is accepted; `last` holds the result once the iterator is done. Stopping
+        early ends the generation there (stop_reason "cancelled")."""
+        ids, config = self._request(prompt, messages, max_new_tokens, temperature, top_p, seed, stop, strict_sampling)
+        return self._pieces(ids, config, learn)
+
+    def _pieces(self, ids, config, learn) -> Iterator[str]:
+        self.last = None
+        yield from self.pair.decoder.stream(ids, config, learn, done=self._done)
+
+    def _done(self, result: GenerationResult) -> None:
+        self.last = result
+
+    def save(self) -> None:
+        """Save what the pair learned (n-gram cache, acceptance head, lookup history, measured costs)."""
+        self.pair.save_cache()
+
+    def close(self) -> None:
+        self.save()
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _request(self, prompt, messages, max_new_tokens, temperature, top_p, seed, stop, strict_sampling):
+        """The prompt's target tokens and the generation's config, every argument checked (one clear error)."""
+        if (prompt is None) == (messages is None):
+            raise OmniDraftError("give a prompt or messages (one of them)")
+        if prompt is not None and not isinstance(prompt, str):
+            raise OmniDraftError(f"the prompt must be text (str), got {type(prompt).__name__}")
+        if messages is not None and not (isinstance(messages, list) and messages and all(
+                isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
+                for m in messages)):
+            raise OmniDraftError('messages: a non-empty list of {"role": "user" or "assistant", "content": text}')
+        chat = messages is not None
+        config = generation_config(self.pair, chat, max_new_tokens=max_new_tokens, temperature=temperature,
+                                   top_p=top_p, seed=seed, stop=stop, strict_sampling=strict_sampling)
+        return (self.pair.encode_chat(messages) if chat else self.pair.encode_prompt(prompt)), config
+
+
+def generation_config(pair: Pair, chat: bool, *, max_new_tokens: int = 64, temperature: float = 0.0,
+                      top_p: float = 1.0, seed: int = 0, stop: str | list[str] = (), strict_sampling: bool = False,
+                      **fields) -> GenerationConfig:
+    """A GenerationConfig for this pair (its resolved draft length, its end-of-turn ids with chat), every
+    value checked with one clear error; `fields`: GenerationConfig's other fields."""
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise OmniDraftError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
+    if not _number(temperature) or not 0 <= temperature < math.inf:
+        raise OmniDraftError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if not _number(top_p) or not 0 < top_p <= 1:
+        raise OmniDraftError(f"top_p must be in (0, 1], got {top_p!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise OmniDraftError(f"seed must be a whole number >= 0, got {seed!r}")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    if not all(isinstance(s, str) for s in stops):
+        raise OmniDraftError("stop: a string or a list of strings")
+    draft = pair.draft.config_fields() if pair.draft else {}
+    return GenerationConfig(max_new_tokens=max_new_tokens, sampler=Sampler(float(temperature), float(top_p)),
+                            seed=seed, stop_strings=stops, strict_sampling=strict_sampling,
+                            eos_ids=pair.eos_ids(chat), **{**draft, **fields})
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

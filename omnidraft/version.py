@@ -1,0 +1,3 @@
+"""The package version (bundle.json records it)."""
+
+__version__ = "0.1.0"

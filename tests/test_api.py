@@ -1,0 +1,78 @@
+"""The Python API (omnidraft.load): generate and stream with the names users know, on tiny checkpoints."""
+
+import os
+from unittest import mock
+
+import pytest
+
+import omnidraft
+from omnidraft.errors import OmniDraftError
+
+
+@pytest.fixture
+def model(tmp_path, tiny_checkpoints):
+    with mock.patch.dict(os.environ, {"OMNIDRAFT_HOME": str(tmp_path / "home")}):
+        with omnidraft.load(target=str(tiny_checkpoints["target"]), drafter=str(tiny_checkpoints["drafter"])) as m:
+            yield m
+
+
+def test_generate_stream_and_target_only_agree_token_for_token(model, tmp_path, tiny_checkpoints):
+    r = model.generate("def add(a, b):", max_new_tokens=20)
+    assert len(r.token_ids) == 20 and r.stop_reason == "max_new_tokens" and r.text
+    assert r.stats.new_tokens == 20 and r.stats.prompt_tokens > 1 and r.stats.tokens_per_target_call >= 1
+    pieces = list(model.stream("def add(a, b):", max_new_tokens=20))
+    assert "".join(pieces) == model.last.text == r.text and model.last.token_ids == r.token_ids
+    with mock.patch.dict(os.environ, {"OMNIDRAFT_HOME": str(tmp_path / "home")}):
+        with omnidraft.load(target=str(tiny_checkpoints["target"]), speculative=False) as alone:
+            assert alone.generate("def add(a, b):", max_new_tokens=20).token_ids == r.token_ids
+    assert not (tmp_path / "home" / "history").exists()
+    model.save()  # what `with` does at its end: the lookup history, n-gram cache, head and costs
+    assert (tmp_path / "home" / "history").is_dir() and (tmp_path / "home" / "ngram").is_dir()
+
+
+def test_a_stream_closed_early_is_cancelled_and_the_next_generation_is_whole(model):
+    it = model.stream("Once upon a time", max_new_tokens=30)
+    first = next(it)
+    it.close()
+    assert first and model.last.stop_reason == "cancelled" and 0 < len(model.last.token_ids) < 30
+    assert len(model.generate("Once upon a time", max_new_tokens=30).token_ids) == 30
+
+
+def test_messages_stop_strings_and_sampling(model):
+    r = model.generate(messages=[{"role": "user", "content": "Hi"}], max_new_tokens=12, temperature=0.8, top_p=0.9,
+                       seed=3)
+    again = model.generate(messages=[{"role": "user", "content": "Hi"}], max_new_tokens=12, temperature=0.8,
+                           top_p=0.9, seed=3)
+    assert r.token_ids == again.token_ids  # the same seed, the same sample
+    text = model.generate("a b c", max_new_tokens=20).text
+    stop = text[2:4]
+    if stop.strip():
+        assert model.generate("a b c", max_new_tokens=20, stop=stop).text.endswith(stop)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({}, "give a prompt or messages"),
+    ({"prompt": "x", "messages": [{"role": "user", "content": "x"}]}, "give a prompt or messages"),
+    ({"prompt": b"x"}, "must be text"),
+    ({"prompt": "   "}, "prompt is empty"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages:"),
+    ({"prompt": "x", "max_new_tokens": 0}, "max_new_tokens"),
+    ({"prompt": "x", "temperature": float("inf")}, "temperature"),
+    ({"prompt": "x", "top_p": float("nan")}, "top_p must be in (0, 1]"),
+    ({"prompt": "x", "seed": -1}, "seed"),
+    ({"prompt": "x", "stop": [1]}, "stop:"),
+    ({"prompt": "word " * 2000}, "context window"),
+])
+def test_bad_arguments_are_one_clear_error(model, kwargs, needle):
+    with pytest.raises(OmniDraftError, match=None) as e:
+        model.generate(**kwargs)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_load_names_what_it_takes(tmp_path):
+    with pytest.raises(OmniDraftError, match="unknown option temprature; load\\(\\) takes .*backend"):
+        omnidraft.load(temprature=0.5)
+    with pytest.raises(OmniDraftError, match="threads must be"):
+        omnidraft.load(threads=0)
+    with pytest.raises(OmniDraftError, match="needs --bundle"):
+        omnidraft.load(backend="executorch")
