@@ -106,6 +106,9 @@ def add_proposal_options(p) -> None:
                         "the drafter alone, or lookup alone (no drafter loaded)")
     p.add_argument("--no-history", action="store_true",
                    help="lookup searches only the current text: the profile's history is neither read nor written")
+    p.add_argument("--private", action="store_true",
+                   help="write nothing derived from the prompt or the output: no history, n-gram cache entries, "
+                        "measured costs or acceptance head (what earlier runs learned is still read)")
     p.add_argument("--history-tokens", type=non_negative_int, default=1_000_000,
                    help="most tokens of past prompts and outputs kept for lookup (oldest dropped)")
     p.add_argument("--draft-len", type=draft_len, default=None, metavar="{N,auto,heuristic}",
@@ -179,7 +182,8 @@ def pair_options(args, speculative: bool = True, adapt: bool = False, **override
         use_ngram_cache=not args.no_ngram_cache, use_history=not args.no_history,
         history_tokens=args.history_tokens, draft_len=args.draft_len, max_draft_len=args.max_draft_len,
         gamma=args.gamma, predictor=PredictorConfig(schedule=args.predictor_updates),
-        adapt=adapt_config(args) if adapt else None, profile=args.profile, reset=args.reset_adaptation)
+        adapt=adapt_config(args) if adapt else None, profile=args.profile, reset=args.reset_adaptation,
+        private=getattr(args, "private", False))
     return PairOptions(**{**fields, **overrides})
 
 

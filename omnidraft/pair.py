@@ -63,6 +63,7 @@ class PairOptions:
     drafter_backend: str | None = None  # run the drafter on another backend (the simulator adapts so)
     lora_drafter: bool = False  # run the LoRA-input drafter graph (on-device adaptation) even without adapt
     verify_hashes: bool = True
+    private: bool = False  # save nothing derived from prompts or outputs (learned state is still read)
 
 
 @dataclass
@@ -85,6 +86,7 @@ class Pair:
     adapter_path: Path | None = None
     history_path: Path | None = None
     costs_path: Path | None = None
+    private: bool = False  # save nothing this pair learns
 
     @property
     def drafter(self):
@@ -129,7 +131,9 @@ class Pair:
             store.save(write, log)
 
     def _stores(self):
-        """(StateFile, writer) of each piece of learned state this pair keeps (store.py)."""
+        """(StateFile, writer) of each piece of learned state this pair keeps (store.py); none when private."""
+        if self.private:
+            return
         from .atomic import write_bytes_atomic
         from .lookup_history import save_lookup
 
@@ -168,6 +172,8 @@ def open_pair(o: PairOptions) -> Pair:
     check_profile(o.profile)
     _clean_state_folders()
     with_drafter = o.speculative and o.proposer != ProposerKind.LOOKUP
+    if o.adapt is not None and o.private:
+        raise OmniDraftError("--private saves nothing, and adaptation saves what the drafter learns: choose one")
     if o.adapt is not None and not with_drafter:
         raise OmniDraftError("adaptation trains the drafter: use --proposer hybrid or drafter, with speculation")
     if o.backend == Backend.EAGER:
@@ -184,7 +190,7 @@ def open_pair(o: PairOptions) -> Pair:
         models = _bundle_models(o, with_drafter)
     target, target_vocab, target_name, drafter, draft_vocab, drafter_name, bundle = models
     names = {"target_name": target_name, "drafter_name": drafter_name,
-             "target_vocab": target_vocab.padded(target.vocab_size), "bundle": bundle}
+             "target_vocab": target_vocab.padded(target.vocab_size), "bundle": bundle, "private": o.private}
     if not o.speculative:
         return Pair(SpeculativeDecoder(target, target_vocab), **names)
     draft = _draft_settings(o, drafter, bundle)

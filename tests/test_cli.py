@@ -203,3 +203,29 @@ def test_a_home_that_is_a_file_or_leads_nowhere_is_one_line(tmp_path):
     home.unlink()
     home.symlink_to(tmp_path / "nowhere", target_is_directory=True)
     assert_one_line_error(run("generate", "--prompt", "x", home=home), "is not a folder")
+
+
+def _state_tree(root):
+    """Every file under root with its size, modification time and content hash."""
+    import hashlib
+
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_private_writes_nothing_derived_from_the_prompt(tmp_path, tiny_checkpoints):
+    pair = ("--target", tiny_checkpoints["target"], "--drafter", tiny_checkpoints["drafter"], "--max-new-tokens", "12")
+    home = tmp_path / "home"
+    assert run("generate", "--prompt", "def add(a, b):", *pair, home=home).returncode == 0
+    before = _state_tree(home)
+    assert any(k.startswith("history/") for k in before) and any(k.startswith("ngram/") for k in before)
+    assert any(k.startswith("costs/") for k in before)
+    for proposer in ("hybrid", "drafter", "lookup"):
+        ran = run("generate", "--prompt", "my card number is 4929 1234", "--private", "--proposer", proposer,
+                  "--draft-len", "auto", *pair, home=home)
+        assert ran.returncode == 0, ran.stderr
+        assert _state_tree(home) == before, proposer
+    fresh = tmp_path / "fresh"
+    assert run("generate", "--prompt", "my card number is 4929 1234", "--private", *pair, home=fresh).returncode == 0
+    assert _state_tree(fresh) == {} if fresh.exists() else True
+    assert_one_line_error(run("generate", "--prompt", "x", "--private", "--adapt", *pair, home=home), "choose one")
