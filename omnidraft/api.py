@@ -71,15 +71,16 @@ class Model:
 
     def stream(self, prompt: str | None = None, *, messages: list[dict] | None = None, max_new_tokens: int = 64,
                temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, stop: str | list[str] = (),
-               strict_sampling: bool = False, learn: bool = True) -> Iterator[str]:
+               strict_sampling: bool = False, learn: bool = True, sources: bool = False) -> Iterator[str]:
         """generate(), as the text is accepted; `last` holds the result once the iterator is done. Stopping
-        early ends the generation there (stop_reason "cancelled")."""
+        early ends the generation there (stop_reason "cancelled"). sources=True: (text, who proposed it)
+        pairs, the source "lookup", "drafter" or "target" (the target's own correction or bonus token)."""
         ids, config = self._request(prompt, messages, max_new_tokens, temperature, top_p, seed, stop, strict_sampling)
-        return self._pieces(ids, config, learn)
+        return self._pieces(ids, config, learn, sources)
 
-    def _pieces(self, ids, config, learn) -> Iterator[str]:
+    def _pieces(self, ids, config, learn, sources) -> Iterator[str]:
         self.last = None
-        yield from self.pair.decoder.stream(ids, config, learn, done=self._done)
+        yield from self.pair.decoder.stream(ids, config, learn, done=self._done, sources=sources)
 
     def _done(self, result: GenerationResult) -> None:
         self.last = result

@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_model_options(gen)
     opt.add_sampling_options(gen)
     opt.add_proposal_options(gen)
+    opt.add_source_option(gen)
     opt.add_adapt_options(gen)
     gen.set_defaults(run=cmd_generate)
 
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_model_options(sim, backends=(Backend.ONNXRUNTIME,), eager_models=False)
     opt.add_sampling_options(sim)
     opt.add_proposal_options(sim)
+    opt.add_source_option(sim)
     opt.add_adapt_options(sim)
     sim.set_defaults(run=cmd_simulate)
 
@@ -208,9 +210,9 @@ def cmd_generate(args) -> int:
         if args.json:
             result = model.generate(**request)
         else:
-            for piece in model.stream(**request):
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+            write = opt.source_writer(args.show_sources, sys.stdout)
+            for piece, source in model.stream(**request, sources=True):
+                write(piece, source)
             result = model.last
     s = result.stats
     report = {
@@ -221,6 +223,8 @@ def cmd_generate(args) -> int:
         "temperature": args.temperature, "threads": torch.get_num_threads(),
         "proposer": None if args.no_speculation else args.proposer,
     }
+    if args.show_sources:
+        report["sources"] = result.sources  # who proposed each token
     for internal in ("rounds", "draft_policy"):  # the loop's own trace and the resolved policy stay out of the report
         report.pop(internal, None)
     if args.json:

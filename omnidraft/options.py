@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from .errors import OmniDraftError
@@ -193,6 +194,32 @@ def generation_config(args, pair, chat: bool, **fields):
 
     return generation_config(pair, chat, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                              top_p=args.top_p, seed=args.seed, strict_sampling=args.strict_sampling, **fields)
+
+
+SOURCE_COLOURS = {"lookup": "\033[36m", "drafter": "\033[32m"}  # the target's own tokens stay uncoloured
+
+
+def add_source_option(p) -> None:
+    p.add_argument("--show-sources", action="store_true",
+                   help="colour each token by who proposed it: lookup, the drafter, or the target itself")
+
+
+def source_writer(show: bool, out):
+    """write(piece, source) for streamed text: coloured by source when asked and `out` is a terminal (a
+    one-line legend goes to stderr first), plain otherwise (with a warning when asked)."""
+    colour = show and out.isatty()
+    if show and not colour:
+        log("[omnidraft] warning: --show-sources colours a terminal; the output is not one, so it is plain")
+    if colour:
+        legend = "  ".join(f"{c}{name}\033[0m" for name, c in SOURCE_COLOURS.items())
+        print(f"[sources] {legend}  target (its own token)", file=sys.stderr)
+
+    def write(piece: str, source: str) -> None:
+        c = SOURCE_COLOURS.get(source) if colour else None
+        out.write(f"{c}{piece}\033[0m" if c else piece)
+        out.flush()
+
+    return write
 
 
 def timing_parts(stats) -> list[str]:

@@ -46,22 +46,21 @@ class Simulator:
         self.rss_after_load = rss_mb()
         self.started = time.perf_counter()
 
-    def reply(self, ids, config: GenerationConfig, out=sys.stdout) -> dict:
-        """Generate one reply, streaming it; Ctrl-C stops it and keeps what was produced."""
+    def reply(self, ids, config: GenerationConfig, write) -> dict:
+        """Generate one reply, streaming it through write(piece, source); Ctrl-C stops it and keeps what was
+        produced."""
         pieces: list[str] = []
-
-        def stream(piece: str) -> None:
-            pieces.append(piece)
-            out.write(piece)
-            out.flush()
-
         turn_start = time.perf_counter() - self.started
+        done = []
         try:
-            result = self.pair.decoder.generate(ids, config, on_text=stream)
+            for piece, source in self.pair.decoder.stream(ids, config, sources=True, done=done.append):
+                pieces.append(piece)
+                write(piece, source)
+            result = done[0]
             stats, text, stop = result.stats, result.text, result.stop_reason
         except KeyboardInterrupt:
             stats, text, stop = None, "".join(pieces), "interrupted"
-        out.write("\n")
+        write("\n", "target")
         turn = {"start_s": turn_start, "text": text, "stop_reason": stop, "prompt_tokens": len(ids),
                 "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
         if stats:
@@ -143,6 +142,7 @@ def run(args) -> int:
     sim = Simulator(opt.pair_options(args, adapt=args.adapt, backend=Backend.ONNXRUNTIME,
                                      drafter_backend=Backend.EXECUTORCH if args.adapt else None))
     chat = args.chat or args.prompt is None
+    write = opt.source_writer(args.show_sources, sys.stdout)
 
     def config():
         return opt.generation_config(args, sim.pair, chat)
@@ -154,7 +154,7 @@ def run(args) -> int:
           f"threads {args.threads or 'default'}, RSS {sim.rss_after_load:.0f} MB after load", file=sys.stderr)
     if args.prompt is not None:
         ids = sim.pair.encode_prompt(args.prompt, chat=args.chat)
-        print(sim.status_line(sim.reply(ids, config())), file=sys.stderr)
+        print(sim.status_line(sim.reply(ids, config(), write)), file=sys.stderr)
     else:
         messages: list[dict] = []
         print("[simulator] chat: type a message; an empty line or Ctrl-D ends, Ctrl-C stops a reply", file=sys.stderr)
@@ -171,7 +171,7 @@ def run(args) -> int:
             if len(ids) >= sim.pair.decoder.target.max_context:
                 raise OmniDraftError("the conversation no longer fits the bundle's context window; start a new session")
             sys.stdout.write("model> ")
-            turn = sim.reply(ids, config())
+            turn = sim.reply(ids, config(), write)
             messages.append({"role": "assistant", "content": turn["text"]})
             print(sim.status_line(turn), file=sys.stderr)
     if args.report:

@@ -76,3 +76,32 @@ def test_load_names_what_it_takes(tmp_path):
         omnidraft.load(threads=0)
     with pytest.raises(OmniDraftError, match="needs --bundle"):
         omnidraft.load(backend="executorch")
+
+
+def test_each_token_knows_who_proposed_it(model):
+    pairs = list(model.stream("a b c a b c a b c a b", max_new_tokens=24, sources=True))
+    r = model.last
+    assert "".join(p for p, _ in pairs) == r.text and len(r.sources) == len(r.token_ids) == 24
+    assert {s for _, s in pairs} <= {"lookup", "drafter", "target"} and "target" in r.sources
+    for source, counts in r.stats.by_source.items():  # the loop's own count of accepted proposals, per proposer
+        assert r.sources.count(source) == counts.accepted
+    assert r.sources.count("target") == r.stats.target_calls
+
+
+def test_sources_are_coloured_on_a_terminal_only(capsys):
+    import io
+
+    from omnidraft.options import source_writer
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term, plain = Terminal(), io.StringIO()
+    for out in (term, plain):
+        write = source_writer(True, out)
+        for piece, source in (("a", "lookup"), ("b", "drafter"), ("c", "target")):
+            write(piece, source)
+    assert term.getvalue() == "\033[36ma\033[0m\033[32mb\033[0mc" and plain.getvalue() == "abc"
+    err = capsys.readouterr().err
+    assert "[sources]" in err and "colours a terminal; the output is not one" in err

@@ -213,6 +213,15 @@ def _state_tree(root):
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def test_show_sources_in_the_json_report_and_plain_text_off_a_terminal(tmp_path, tiny_checkpoints):
+    pair = ("--target", tiny_checkpoints["target"], "--drafter", tiny_checkpoints["drafter"], "--max-new-tokens", "16")
+    ran = run("generate", "--prompt", "a b c a b c a b", "--show-sources", "--json", *pair, home=tmp_path)
+    report = json.loads(ran.stdout)
+    assert len(report["sources"]) == report["new_tokens"] and set(report["sources"]) <= {"lookup", "drafter", "target"}
+    ran = run("generate", "--prompt", "a b c a b c a b", "--show-sources", *pair, home=tmp_path)
+    assert ran.returncode == 0 and "\033[" not in ran.stdout and "colours a terminal" in ran.stderr
+
+
 def test_private_writes_nothing_derived_from_the_prompt(tmp_path, tiny_checkpoints):
     pair = ("--target", tiny_checkpoints["target"], "--drafter", tiny_checkpoints["drafter"], "--max-new-tokens", "12")
     home = tmp_path / "home"

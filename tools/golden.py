@@ -460,7 +460,8 @@ def round_trace_vectors(vocabs: dict) -> dict:
         for prompt in prompts:
             recorder.rounds = []
             result = decoder.generate(prompt, GenerationConfig(max_new_tokens=40, draft_len=3))
-            runs.append({"costs": list(costs), "prompt": prompt, "tokens": result.token_ids, "rounds": recorder.rounds})
+            runs.append({"costs": list(costs), "prompt": prompt, "tokens": result.token_ids, "sources": result.sources,
+                         "rounds": recorder.rounds})
     return {"draft_prefix": list(dv.tokenizer.encode("", add_special_tokens=True)), "favourite": favourite,
             "boost": boost, "target_vocab": len(tv), "drafter_vocab": len(dv), "runs": runs}
 

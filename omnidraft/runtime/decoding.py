@@ -28,7 +28,7 @@ from ..progress import log
 from .choices import DraftPolicy
 from .draft_length import DraftLength
 from .drafting import DraftModel
-from .proposers import Proposal, Proposer, Round
+from .proposers import TARGET, Proposal, Proposer, Round
 from .runner import ModelRunner, prefill
 from .sampling import Sampler
 from .stats import DrafterStats, GenerationStats, ProposerStats, SourceCounts, Timings
@@ -72,6 +72,7 @@ class GenerationResult:
     token_ids: list[int]
     stop_reason: str
     stats: GenerationStats
+    sources: list[str] = field(default_factory=list)  # who proposed each token: lookup, drafter or target
 
 
 @dataclass
@@ -89,6 +90,7 @@ class _Run:
     reused: int = 0
     prompt_tokens: int = 0
     generated: list[int] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # who proposed each generated token
     stop_reason: str | None = None
     calls: int = 0
     by_source: dict[str, SourceCounts] = field(default_factory=dict)
@@ -119,20 +121,25 @@ class SpeculativeDecoder:
     # -- the loop ------------------------------------------------------------------------
     def generate(self, target_prompt: list[int], config: GenerationConfig, on_text=None,
                  learn: bool = True) -> GenerationResult:
-        """learn=False: the adapter does not train on this generation, nor does lookup keep it in its history."""
-        run = self._prefill(target_prompt, config, on_text, learn)
+        """on_text(piece): the text as it is accepted. learn=False: the adapter does not train on this
+        generation, nor does lookup keep it in its history."""
+        run = self._prefill(target_prompt, config, None if on_text is None else (lambda piece, _: on_text(piece)),
+                            learn)
         while run.stop_reason is None:
             self._round(run)
         return self._finish(run, learn)
 
-    def stream(self, target_prompt: list[int], config: GenerationConfig, learn: bool = True,
-               done=None) -> Generator[str, None, GenerationResult]:
-        """generate() as an iterator over the text as it is accepted (each round's new text); the iterator's
-        return value is the GenerationResult, also passed to done(result) when given. Closed early (the
-        consumer stopped reading), the generation ends there with stop_reason "cancelled" (done still hears
-        of it), and what it learned is kept."""
-        pieces: list[str] = []
-        run = self._prefill(target_prompt, config, pieces.append, learn)
+    def stream(self, target_prompt: list[int], config: GenerationConfig, learn: bool = True, done=None,
+               sources: bool = False) -> Generator[str | tuple[str, str], None, GenerationResult]:
+        """generate() as an iterator over the text as it is accepted (each round's new text, token by token;
+        with sources=True as (text, who proposed it): "lookup", "drafter" or "target" for the target's own
+        token); the iterator's return value is the GenerationResult, also passed to done(result) when given.
+        Closed early (the consumer stopped reading), the generation ends there with stop_reason "cancelled"
+        (done still hears of it), and what it learned is kept."""
+        pieces: list = []
+        run = self._prefill(target_prompt, config,
+                            (lambda piece, source: pieces.append((piece, source))) if sources
+                            else (lambda piece, _: pieces.append(piece)), learn)
         try:
             while run.stop_reason is None:
                 self._round(run)
@@ -209,12 +216,14 @@ class SpeculativeDecoder:
             self.proposer.observe(seq, rnd)
         if run.adapter is not None:
             run.adapter.observe(rnd.committed, logits[: n + 1])
-        for tok in rnd.committed:
+        for j, tok in enumerate(rnd.committed):
             if tok in config.eos_ids:
                 run.stop_reason = "eos"
                 return
+            source = proposal.sources[j] if j < n else TARGET
             run.generated.append(tok)
-            if run.out.push(tok):
+            run.sources.append(source)
+            if run.out.push(tok, source):
                 run.stop_reason = "stop_string"
                 return
             if len(run.generated) >= config.max_new_tokens:
@@ -245,7 +254,7 @@ class SpeculativeDecoder:
             draft_policy=run.config.draft_policy, prompt_tokens_reused=run.reused,
             accepted_lengths=dict(sorted(Counter(n for _, _, n in run.rounds).items())), rounds=run.rounds,
             adaptation=adaptation, prompt_tokens=run.prompt_tokens)
-        return GenerationResult(run.out.text, run.generated, run.stop_reason, stats)
+        return GenerationResult(run.out.text, run.generated, run.stop_reason, stats, run.sources)
 
 
 class _TextStream:
@@ -254,13 +263,15 @@ class _TextStream:
     def __init__(self, vocab: Vocab, stop_strings, on_text):
         self.vocab = vocab
         self.stop_strings = [s for s in stop_strings if s]
-        self.on_text = on_text
+        self.on_text = on_text  # on_text(piece, source): the source of the piece's last token
+        self.source = TARGET
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.text = ""
         self._sent = 0
 
-    def push(self, token: int) -> bool:
+    def push(self, token: int, source: str = TARGET) -> bool:
         """Add a token's text; True when a stop string has just appeared."""
+        self.source = source
         if self.vocab.special[token]:
             return False
         piece = self.decoder.decode(self.vocab.token_bytes[token])
@@ -282,5 +293,5 @@ class _TextStream:
 
     def _emit(self) -> None:
         if self.on_text and len(self.text) > self._sent:
-            self.on_text(self.text[self._sent :])
+            self.on_text(self.text[self._sent :], self.source)
         self._sent = len(self.text)

@@ -163,7 +163,7 @@ public final class BundleSession {
      * `useLookup` adds lookup proposals (hybrid with the drafter).
      */
     public Reply reply(String message, int maxNew, boolean speculative, boolean learn, boolean autoDraftLen,
-                       boolean useLookup, java.util.function.IntConsumer onToken) {
+                       boolean useLookup, SpeculativeLoop.TokenSink onToken) {
         List<Integer> prompt = chatPrompt(message);
         DraftLength length = autoDraftLen && head != null
                 ? new DraftLength(DraftLength.Policy.AUTO, 4, maxDraftLen, 0.5)

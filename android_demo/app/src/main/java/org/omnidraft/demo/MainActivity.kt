@@ -1,7 +1,11 @@
 package org.omnidraft.demo
 
 import android.app.Activity
+import android.graphics.Color
 import android.os.Bundle
+import android.text.SpannableString
+import android.text.Spanned
+import android.text.style.ForegroundColorSpan
 import android.view.ViewGroup.LayoutParams.MATCH_PARENT
 import android.view.ViewGroup.LayoutParams.WRAP_CONTENT
 import android.widget.Button
@@ -19,7 +23,8 @@ import java.util.concurrent.Executors
  * replies stream as tokens are accepted; the status line shows tokens/s, tokens per target call
  * and acceptance; switches turn speculative decoding (off = the target alone, the baseline),
  * lookup proposals (continuations from the conversation and earlier replies, hybrid with the drafter),
- * online learning (n-gram cache + acceptance head) and adaptive draft length on and off.
+ * online learning (n-gram cache + acceptance head) and adaptive draft length on and off, and colour
+ * each token by who proposed it (lookup blue, the drafter green, the target's own token plain).
  */
 class MainActivity : Activity() {
     private val worker = Executors.newSingleThreadExecutor()
@@ -32,6 +37,7 @@ class MainActivity : Activity() {
     private lateinit var learn: Switch
     private lateinit var autoLen: Switch
     private lateinit var lookup: Switch
+    private lateinit var sources: Switch
 
     override fun onCreate(savedInstanceState: Bundle?) {
         super.onCreate(savedInstanceState)
@@ -41,6 +47,7 @@ class MainActivity : Activity() {
         learn = Switch(this).apply { text = "learn online (n-gram cache, acceptance head, LoRA)"; isChecked = true }
         autoLen = Switch(this).apply { text = "adaptive draft length"; isChecked = true }
         lookup = Switch(this).apply { text = "lookup proposals (context and history)"; isChecked = true }
+        sources = Switch(this).apply { text = "colour tokens: lookup blue, drafter green"; isChecked = false }
         transcript = TextView(this).apply { textSize = 16f }
         val scroll = ScrollView(this).apply { addView(transcript) }
         input = EditText(this).apply { hint = "message" }
@@ -50,6 +57,7 @@ class MainActivity : Activity() {
         root.addView(learn)
         root.addView(autoLen)
         root.addView(lookup)
+        root.addView(sources)
         root.addView(scroll, LinearLayout.LayoutParams(MATCH_PARENT, 0, 1f))
         root.addView(input, LinearLayout.LayoutParams(MATCH_PARENT, WRAP_CONTENT))
         root.addView(send)
@@ -83,9 +91,10 @@ class MainActivity : Activity() {
         val learning = learn.isChecked
         val auto = autoLen.isChecked
         val useLookup = lookup.isChecked
+        val colours = sources.isChecked
         worker.execute {
             val pending = ByteArrayOutputStream() // token bytes not yet a complete UTF-8 character
-            val reply = s.reply(message, 128, spec, learning, auto, useLookup) { token ->
+            val reply = s.reply(message, 128, spec, learning, auto, useLookup) { token, source ->
                 pending.write(s.targetTok.tokenBytes[token])
                 val bytes = pending.toByteArray()
                 val complete = completeUtf8(bytes)
@@ -93,7 +102,8 @@ class MainActivity : Activity() {
                     val piece = String(bytes, 0, complete, Charsets.UTF_8)
                     pending.reset()
                     pending.write(bytes, complete, bytes.size - complete)
-                    runOnUiThread { transcript.append(piece) }
+                    val colour = if (colours) sourceColour(source) else null
+                    runOnUiThread { transcript.append(if (colour == null) piece else coloured(piece, colour)) }
                 }
             }
             if (learning) runCatching { s.saveCache() }
@@ -135,4 +145,13 @@ class MainActivity : Activity() {
         worker.shutdown()
         super.onDestroy()
     }
+
+    private fun sourceColour(source: String): Int? = when (source) {
+        "lookup" -> Color.rgb(0, 110, 190)
+        "drafter" -> Color.rgb(0, 140, 60)
+        else -> null // the target's own correction or bonus token
+    }
+
+    private fun coloured(text: String, colour: Int): CharSequence =
+        SpannableString(text).apply { setSpan(ForegroundColorSpan(colour), 0, text.length, Spanned.SPAN_EXCLUSIVE_EXCLUSIVE) }
 }

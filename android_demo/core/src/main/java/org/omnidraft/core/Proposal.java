@@ -18,6 +18,8 @@ public final class Proposal {
 
     public static final String DIRECT = "direct", NGRAM = "ngram", SPLIT_FIRST = "split", SPLIT_REST = "split-rest",
             LOOKUP = "lookup";
+    /** Who proposed a token (runtime/proposers.py's sources): lookup, the drafter, or the target's own token. */
+    public static final String FROM_LOOKUP = "lookup", FROM_DRAFTER = "drafter", FROM_TARGET = "target";
     public final List<Integer> targetIds = new ArrayList<>();
     public final List<Double> q = new ArrayList<>();
     public final List<String> kind = new ArrayList<>();
@@ -34,6 +36,11 @@ public final class Proposal {
         double[] q = new double[vocab];
         q[targetIds.get(j)] = 1.0;
         return q;
+    }
+
+    /** Who proposed token j: FROM_LOOKUP or FROM_DRAFTER. */
+    public String source(int j) {
+        return kind.get(j).equals(LOOKUP) ? FROM_LOOKUP : FROM_DRAFTER;
     }
 
     /** Tokens at the start of the proposal that lookup proposed (a chain's prefix; all of a lookup proposal). */

@@ -4,7 +4,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.function.DoubleSupplier;
-import java.util.function.IntConsumer;
 
 /**
  * The propose-verify loop (omnidraft/runtime/decoding.py): tokens -> propose ({@link Proposer}) -> verify
@@ -12,8 +11,14 @@ import java.util.function.IntConsumer;
  * temperature 0 the output is the target's own greedy output, whoever proposed.
  */
 public final class SpeculativeLoop {
+    /** Each emitted token as it is accepted, with who proposed it (Proposal.FROM_*): what a UI highlights. */
+    public interface TokenSink {
+        void accept(int token, String source);
+    }
+
     public static final class Result {
         public final List<Integer> tokens = new ArrayList<>();
+        public final List<String> sources = new ArrayList<>(); // who proposed each token (Proposal.FROM_*)
         public int targetCalls, drafterCalls, drafted, accepted, lookupProposed, lookupAccepted;
         public int chainRounds; // rounds in which the drafter continued a lookup prefix
 
@@ -34,9 +39,9 @@ public final class SpeculativeLoop {
         return generate(prompt, maxNew, sampler, rng, eosIds, null);
     }
 
-    /** onToken: each emitted target token, as it is accepted (streaming), or null. */
+    /** onToken: each emitted target token with its source, as it is accepted (streaming), or null. */
     public Result generate(List<Integer> prompt, int maxNew, Sampler sampler, DoubleSupplier rng, Set<Integer> eosIds,
-                           IntConsumer onToken) {
+                           TokenSink onToken) {
         if (prompt.isEmpty()) throw new IllegalArgumentException("the prompt is empty");
         if (prompt.size() >= target.maxContext) throw new IllegalArgumentException("the prompt does not fit the context window");
         Result r = new Result();
@@ -46,11 +51,15 @@ public final class SpeculativeLoop {
         try {
             while (target.maxContext - seq.size() >= 0) {
                 int budget = Math.min(target.maxContext - seq.size(), maxNew - r.tokens.size() - 1);
-                List<Integer> committed = round(seq, budget, sampler, rng, r);
-                for (int t : committed) {
+                Proposal prop = proposer == null ? new Proposal() : proposer.propose(seq, budget, null);
+                List<Integer> committed = round(seq, prop, sampler, rng, r);
+                for (int j = 0; j < committed.size(); j++) {
+                    int t = committed.get(j);
                     if (eosIds.contains(t)) return r;
+                    String source = j < committed.size() - 1 ? prop.source(j) : Proposal.FROM_TARGET;
                     r.tokens.add(t);
-                    if (onToken != null) onToken.accept(t);
+                    r.sources.add(source);
+                    if (onToken != null) onToken.accept(t, source);
                     if (r.tokens.size() >= maxNew) return r;
                 }
             }
@@ -60,9 +69,8 @@ public final class SpeculativeLoop {
         }
     }
 
-    /** One round: propose up to `budget` tokens, verify them in one target call, commit, let the proposer learn. */
-    private List<Integer> round(List<Integer> seq, int budget, Sampler sampler, DoubleSupplier rng, Result r) {
-        Proposal prop = proposer == null ? new Proposal() : proposer.propose(seq, budget, null);
+    /** One round: verify the proposal in one target call, commit, let the proposer learn. */
+    private List<Integer> round(List<Integer> seq, Proposal prop, Sampler sampler, DoubleSupplier rng, Result r) {
         int m = prop.size(), offset = prop.lookupPrefix();
         List<Integer> input = new ArrayList<>(seq.subList(target.position(), seq.size()));
         input.addAll(prop.targetIds);

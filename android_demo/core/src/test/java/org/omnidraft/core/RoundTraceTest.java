@@ -82,6 +82,7 @@ public class RoundTraceTest {
             }
             assertEquals(want.size(), recorder.rounds.size());
             assertEquals(Golden.ints(run.get("tokens")), r.tokens);
+            assertEquals(Json.array(run.get("sources")), new java.util.ArrayList<Object>(r.sources)); // who proposed each
             chains += r.chainRounds;
             lookups += r.lookupAccepted;
             drafts += r.accepted - r.lookupAccepted;
