@@ -64,7 +64,7 @@ bundles: prepare
 	test -f $(BUNDLES)/onnx-int8/bundle.json || $(BIN)/omnidraft export --format onnx --quant int8 --out $(BUNDLES)/onnx-int8
 	test -f $(BUNDLES)/et-fp32/bundle.json || $(BIN)/omnidraft export --format executorch --out $(BUNDLES)/et-fp32
 	test -f $(BUNDLES)/et-8da4w/bundle.json || $(BIN)/omnidraft export --format executorch --quant 8da4w --out $(BUNDLES)/et-8da4w
-	test -f $(BUNDLES)/et-8da8w/bundle.json || $(BIN)/omnidraft export --format executorch --quant 8da8w --out $(BUNDLES)/et-8da8w
+	test -f $(BUNDLES)/et-8da8w-d8da4w/bundle.json || $(BIN)/omnidraft export --format executorch --quant 8da8w --out $(BUNDLES)/et-8da8w-d8da4w
 
 test-bundles: bundles
 	$(BIN)/python -m pytest -q tests -m bundles
@@ -78,7 +78,7 @@ test-arm64: prepare
 
 bench-backends: bundles
 	$(BIN)/python benchmarks/backends.py --out benchmarks/results/backends \
-		--bundle $(BUNDLES)/et-fp32 --bundle $(BUNDLES)/et-8da4w --bundle $(BUNDLES)/et-8da8w \
+		--bundle $(BUNDLES)/et-fp32 --bundle $(BUNDLES)/et-8da4w --bundle $(BUNDLES)/et-8da8w-d8da4w \
 		--bundle $(BUNDLES)/onnx-fp32 --bundle $(BUNDLES)/onnx-int8
 
 bench-peers: prepare
@@ -117,7 +117,7 @@ bench-adapt-device: prepare
 # onnxruntime, with and without the n-gram cache, auto draft length, LoRA-adapted).
 # SUITE_ARGS picks the systems, e.g. --drafter DIR --bundle DIR (docs/usage.md); the default is the
 # four-system run in benchmarks/JOURNAL.md, "Lookup and the hybrid" (about one hour on 2 cores).
-SUITE_ARGS ?= --drafter default --bundle $(BUNDLES)/et-fp32:executorch --bundle $(BUNDLES)/et-8da8w:executorch \
+SUITE_ARGS ?= --drafter default --bundle $(BUNDLES)/et-fp32:executorch --bundle $(BUNDLES)/et-8da8w-d8da4w:executorch \
 	--bundle $(BUNDLES)/onnx-fp32:onnxruntime --warmup 4 --prompts 4 --threads 2
 bench-suite: bundles
 	$(BIN)/python benchmarks/suite.py --out benchmarks/results/suite $(SUITE_ARGS)

@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ExecuTorch: 8da4w (int4 weights) or 8da8w (int8 weights), dynamic int8 activations; "
                           "ONNX: int8 (int8 weights)")
     exp.add_argument("--drafter-quant", choices=("none", "8da4w", "8da8w", "int8"),
-                     help="the drafter's quantization (default: --quant)")
+                     help="the drafter's quantization (default: 8da4w with --quant 8da8w, the fastest pair "
+                          "measured; else --quant)")
     exp.add_argument("--embedding-quant", choices=("none", "int8", "int4"), default="none",
                      help="ExecuTorch: weight-only quantized embedding tables (groups of 32), both models")
     exp.add_argument("--draft-head", action="store_true",

@@ -238,3 +238,12 @@ def test_private_writes_nothing_derived_from_the_prompt(tmp_path, tiny_checkpoin
     assert run("generate", "--prompt", "my card number is 4929 1234", "--private", *pair, home=fresh).returncode == 0
     assert _state_tree(fresh) == {} if fresh.exists() else True
     assert_one_line_error(run("generate", "--prompt", "x", "--private", "--adapt", *pair, home=home), "choose one")
+
+
+def test_an_8da8w_export_gets_the_fastest_drafter_measured_unless_told_otherwise():
+    from omnidraft.export.build import ExportOptions
+
+    assert ExportOptions(quant="8da8w").quants == {"target": "8da8w", "drafter": "8da4w"}
+    assert ExportOptions(quant="8da8w", drafter_quant="8da8w").quants["drafter"] == "8da8w"
+    for quant in ("none", "8da4w", "int8"):
+        assert ExportOptions(quant=quant).quants == {"target": quant, "drafter": quant}
