@@ -1,4 +1,4 @@
-"""Which model a name means: the default models, the shipped small drafter, or a checkpoint folder.
+"""Which model a name means: the default models, the shipped small drafter, a GGUF file or a checkpoint folder.
 
 The one place a --target/--drafter value becomes a folder (preparing a default model or assembling
 the small drafter on first use). It sits above the model loaders and the small drafter's assembly,
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .errors import OmniDraftError
 from .models import DEFAULT_DRAFTER, DEFAULT_MODELS, DEFAULT_TARGET, DefaultModel, check_architecture, \
-    prepare_default_model
+    prepare_default_model, prepare_gguf
 from .progress import log
 
 
@@ -26,8 +26,10 @@ def resolve_model_path(spec: str | None, default: DefaultModel) -> Path:
     path = Path(spec).expanduser()
     if not path.exists():
         raise OmniDraftError(f"model path does not exist: {path}")
+    if path.is_file() and path.suffix.lower() == ".gguf":  # llama.cpp's format: converted once
+        path = prepare_gguf(path)
     if not (path / "config.json").is_file():
-        raise OmniDraftError(f"not a Hugging Face checkpoint folder (no config.json): {path}")
+        raise OmniDraftError(f"not a Hugging Face checkpoint folder (no config.json) or a .gguf file: {path}")
     check_architecture(path)
     return path
 

@@ -82,36 +82,86 @@ def prepare_default_model(model: DefaultModel) -> Path:
     out = default_model_dir(model)
     if (out / "omnidraft-source.json").exists():
         return out
+    log(f"[omnidraft] preparing {model.role} model {model.name} into {out} (one time)")
+    gguf = model.gguf_path()
+    _convert_gguf(gguf, out, model.name, {"name": model.name, "package": model.package, "gguf": gguf.name})
+    return out
+
+
+# GGUF's general.architecture -> config.json's model_type, for the families above
+GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3", "gemma3": "gemma3_text"}
+
+
+def prepare_gguf(path: Path) -> Path:
+    """A local GGUF file (llama.cpp's format) as an fp32 checkpoint folder, converted once into
+    $OMNIDRAFT_HOME/models and keyed by the file's sha256 (a changed file is converted again)."""
+    arch = gguf_architecture(path)
+    if arch not in GGUF_ARCHITECTURES:
+        names = ", ".join(GGUF_ARCHITECTURES)
+        raise OmniDraftError(f"{path.name}: GGUF architecture {arch!r} is not supported; supported: {names}")
+    with stage(f"{path.name}: hashing"):
+        digest = _sha256(path)
+    stem = "".join(c if c.isalnum() or c in "-_." else "-" for c in path.stem)[:48]
+    out = models_root() / f"gguf-{stem}-{digest[:12]}"
+    if (out / "omnidraft-source.json").exists():
+        return out
+    log(f"[omnidraft] converting {path} into {out} (one time)")
+    _convert_gguf(path, out, path.stem, {"name": path.stem, "gguf": str(path), "sha256": digest})
+    return out
+
+
+def gguf_architecture(path: Path) -> str:
+    """general.architecture from a GGUF file's header; one clear error when it is not a GGUF file."""
+    try:
+        from gguf import GGUFReader
+
+        return str(GGUFReader(path).fields["general.architecture"].contents())
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        raise OmniDraftError(f"{path} is not a readable GGUF file ({type(e).__name__})") from None
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _convert_gguf(gguf: Path, out: Path, name: str, source: dict) -> None:
+    """GGUF -> fp32 safetensors and the tokenizer, written into `out` atomically. A tensor type or
+    model layout transformers cannot read is one clear error."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    log(f"[omnidraft] preparing {model.role} model {model.name} into {out} (one time)")
-    gguf = model.gguf_path()
-    with stage(f"{model.name}: loading tokenizer from {gguf.name}"):
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    with stage(f"{model.name}: dequantizing weights from GGUF"):
-        gguf_model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-        )
-    with stage(f"{model.name}: writing fp32 safetensors"):
-        # save_pretrained refuses a GGUF-loaded model: rebuild it from its config.
+    try:
+        with stage(f"{name}: loading tokenizer from {gguf.name}"):
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        with stage(f"{name}: dequantizing weights from GGUF"):
+            gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except (ValueError, NotImplementedError, KeyError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise OmniDraftError(f"{gguf.name}: transformers cannot read it ({first[:200]}); GGUF files of the "
+                             f"{', '.join(GGUF_ARCHITECTURES)} architectures with F32, F16, BF16, Q4_0..Q8_0 or "
+                             "Q2_K..Q6_K tensors convert") from None
+    with stage(f"{name}: writing fp32 safetensors"):
+        # save_pretrained refuses a GGUF-loaded model: rebuild it from its config.
         if hasattr(config, "quantization_config"):
             del config.quantization_config
         clean = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         missing, unexpected = clean.load_state_dict(gguf_model.state_dict(), strict=False)
         missing = [k for k in missing if "lm_head" not in k]  # tied to the embedding
         if missing or unexpected:
-            raise OmniDraftError(f"{model.name}: weights do not match config ({missing[:3]} {unexpected[:3]})")
+            raise OmniDraftError(f"{name}: weights do not match config ({missing[:3]} {unexpected[:3]})")
         clean.tie_weights()
         clean.generation_config = gguf_model.generation_config
         with atomic_directory(out) as tmp:
             clean.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-            (tmp / "omnidraft-source.json").write_text(
-                json.dumps({"name": model.name, "package": model.package, "gguf": gguf.name}, indent=1)
-            )
-    return out
+            (tmp / "omnidraft-source.json").write_text(json.dumps(source, indent=1))
 
 
 def check_architecture(path: Path) -> None:

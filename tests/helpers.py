@@ -255,3 +255,47 @@ def shared_dir(tmp_path_factory, worker_id: str, name: str, build) -> Path:
             build(out)
             done.touch()
     return out
+
+
+def write_tiny_gguf(path: Path, model, tokenizer_gguf: Path, architecture: str = "llama") -> Path:
+    """A llama-architecture GGUF file (llama.cpp's layout, F32 tensors) of a small HF llama `model`, with the
+    tokenizer fields of a real GGUF (`tokenizer_gguf`): what a user's converted model file holds."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+    c = model.config
+    w = GGUFWriter(str(path), architecture)
+    for key, value in (("block_count", c.num_hidden_layers), ("context_length", c.max_position_embeddings),
+                       ("embedding_length", c.hidden_size), ("feed_forward_length", c.intermediate_size),
+                       ("attention.head_count", c.num_attention_heads),
+                       ("attention.head_count_kv", c.num_key_value_heads), ("vocab_size", c.vocab_size),
+                       ("rope.dimension_count", c.hidden_size // c.num_attention_heads)):
+        w.add_key_value(f"{architecture}.{key}", int(value), GGUFValueType.UINT32)
+    w.add_key_value(f"{architecture}.rope.freq_base", float(c.rope_parameters["rope_theta"]), GGUFValueType.FLOAT32)
+    w.add_key_value(f"{architecture}.attention.layer_norm_rms_epsilon", float(c.rms_norm_eps), GGUFValueType.FLOAT32)
+    for key, field in GGUFReader(tokenizer_gguf).fields.items():
+        if key.startswith("tokenizer."):
+            array = field.types[0] == GGUFValueType.ARRAY
+            w.add_key_value(key, field.contents(), field.types[0], field.types[-1] if array else None)
+
+    def rope_order(t, heads):  # llama.cpp stores q and k with each head's two rotary halves interleaved
+        return t.reshape(heads, 2, t.shape[0] // heads // 2, *t.shape[1:]).swapaxes(1, 2).reshape(t.shape)
+
+    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    if not c.tie_word_embeddings:
+        w.add_tensor("output.weight", sd["lm_head.weight"])
+    names = {"input_layernorm": "attn_norm", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down"}
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_q.weight", rope_order(sd[p + "self_attn.q_proj.weight"], c.num_attention_heads))
+        w.add_tensor(f"blk.{i}.attn_k.weight", rope_order(sd[p + "self_attn.k_proj.weight"], c.num_key_value_heads))
+        for hf, gg in names.items():
+            w.add_tensor(f"blk.{i}.{gg}.weight", sd[p + hf + ".weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
