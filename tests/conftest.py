@@ -6,40 +6,54 @@ What tests share besides fixtures is in helpers.py.
 
 from __future__ import annotations
 
+from importlib import metadata
+from pathlib import Path
+
 import pytest
 import torch
 
+from omnidraft.atomic import atomic_directory
 from omnidraft.catalog import resolve_model_path
 from omnidraft.draft_head import write_head
 from omnidraft.models import DEFAULT_DRAFTER, DEFAULT_TARGET, default_model_dir, load_tokenizer
 from omnidraft.runtime.runner import EagerRunner
 from omnidraft.runtime.vocab import Vocab
-from omnidraft.state import omnidraft_home
+from omnidraft.state import locked, omnidraft_home
 
 from .helpers import (TINY_HEAD_TOKENS, TINY_MAX_DRAFT, TINY_WINDOW, shared_dir, tiny_lora, tiny_model,
                       write_model_spec)
 torch.set_num_threads(1)
 
 
-def _prepared_or_spec(model, tmp_path_factory, worker_id):
+SPECS = Path(__file__).resolve().parent.parent / "build" / "test-specs"  # the checkout's, like build/java
+
+
+def _prepared_or_spec(model):
     """The default model's prepared folder when the machine has it, else a folder with only its configuration
-    and tokenizer, read from its GGUF (no weights converted): all that tiny random models need."""
+    and tokenizer, read from its GGUF (no weights converted): all that tiny random models need. The latter is
+    made once per checkout and package version into build/test-specs (reading a tokenizer out of a GGUF
+    takes about a minute), so the fast tier needs no model in $OMNIDRAFT_HOME."""
     prepared = default_model_dir(model)
     if (prepared / "omnidraft-source.json").exists():
         return prepared
-    return shared_dir(tmp_path_factory, worker_id, f"spec-{model.name}", lambda out: write_model_spec(model, out))
+    out = SPECS / f"{model.name}-{metadata.version(model.package)}"
+    with locked(out):  # xdist workers and parallel runs: one builds, the others wait
+        if not (out / "config.json").is_file():
+            with atomic_directory(out) as tmp:
+                write_model_spec(model, tmp)
+    return out
 
 
 @pytest.fixture(scope="session")
-def target_path(tmp_path_factory, worker_id):
+def target_path():
     """Gemma-3-270M's configuration and tokenizer (weights only if prepared: use real_target_path for those)."""
-    return _prepared_or_spec(DEFAULT_TARGET, tmp_path_factory, worker_id)
+    return _prepared_or_spec(DEFAULT_TARGET)
 
 
 @pytest.fixture(scope="session")
-def drafter_path(tmp_path_factory, worker_id):
+def drafter_path():
     """SmolLM2-135M-Instruct's configuration and tokenizer (weights only if prepared: real_drafter_path)."""
-    return _prepared_or_spec(DEFAULT_DRAFTER, tmp_path_factory, worker_id)
+    return _prepared_or_spec(DEFAULT_DRAFTER)
 
 
 @pytest.fixture(scope="session")
