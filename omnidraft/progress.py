@@ -1,10 +1,14 @@
-"""Progress for long steps: one stderr line per stage with elapsed seconds."""
+"""Progress for long steps: one stderr line per stage with elapsed seconds, and a line every
+HEARTBEAT_S seconds while a stage runs on (an ExecuTorch lowering takes minutes)."""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from contextlib import contextmanager
+
+HEARTBEAT_S = 30.0
 
 
 def log(message: str) -> None:
@@ -12,11 +16,24 @@ def log(message: str) -> None:
 
 
 @contextmanager
-def stage(name: str):
-    """Print `name ...` now and `name done (N.Ns)` when the block ends."""
+def stage(name: str, heartbeat_s: float = HEARTBEAT_S):
+    """Print `name ...` now, `name: still running (Ns)` every heartbeat_s while it runs, and
+    `name done (N.Ns)` when the block ends (nothing more when it raises: the error is the next line)."""
     start = time.perf_counter()
     log(f"[omnidraft] {name} ...")
-    yield
+    finished = threading.Event()
+
+    def beat() -> None:
+        while not finished.wait(heartbeat_s):
+            log(f"[omnidraft] {name}: still running ({time.perf_counter() - start:.0f}s)")
+
+    ticker = threading.Thread(target=beat, daemon=True, name="omnidraft-progress")
+    ticker.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        ticker.join()
     log(f"[omnidraft] {name} done ({time.perf_counter() - start:.1f}s)")
 
 

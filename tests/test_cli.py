@@ -247,3 +247,18 @@ def test_an_8da8w_export_gets_the_fastest_drafter_measured_unless_told_otherwise
     assert ExportOptions(quant="8da8w", drafter_quant="8da8w").quants["drafter"] == "8da8w"
     for quant in ("none", "8da4w", "int8"):
         assert ExportOptions(quant=quant).quants == {"target": quant, "drafter": quant}
+
+
+def test_a_long_stage_says_it_is_still_running(capsys):
+    import time
+
+    from omnidraft.progress import stage
+
+    with stage("lowering", heartbeat_s=0.05):
+        time.sleep(0.3)
+    with pytest.raises(ValueError), stage("failing", heartbeat_s=10):
+        raise ValueError("x")
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "[omnidraft] lowering ..." and err[-2].startswith("[omnidraft] lowering done (")
+    assert any(line.startswith("[omnidraft] lowering: still running (") for line in err[1:-2])
+    assert err[-1] == "[omnidraft] failing ..."  # a failed stage prints nothing more: the error follows
