@@ -12,7 +12,7 @@ BUNDLES := $(HOME_DIR)/bundles
 JAVA_BUILD := build/java
 JUNIT_CP := /usr/share/java/junit4.jar:/usr/share/java/hamcrest-core.jar
 
-.PHONY: install prepare demo test test-java golden test-fast test-bundles test-arm64 bundles bench bench-backends bench-peers bench-adapt bench-adapt-device bench-sampling bench-draft-len bench-suite clean
+.PHONY: install prepare demo test test-java golden test-fast test-bundles test-arm64 bundles bench bench-backends bench-peers bench-llama-cpp bench-adapt bench-adapt-device bench-sampling bench-draft-len bench-suite clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,11 @@ bench-backends: bundles
 
 bench-peers: prepare
 	$(BIN)/python benchmarks/peers.py --out benchmarks/results/peers
+
+# llama.cpp (built from source once, tools/llama_cpp/build.sh) against the ExecuTorch bundle
+bench-llama-cpp: bundles
+	$(BIN)/python benchmarks/llama_cpp_peer.py --bundle $(BUNDLES)/et-8da8w-d8da4w --threads 2 --prompts 4 \
+		--out benchmarks/results/llama_cpp_peer
 
 bench: prepare
 	$(BIN)/python benchmarks/core_pair.py --out benchmarks/results/core_pair

@@ -1,0 +1,150 @@
+"""llama.cpp as a peer: its target-only decoding and its n-gram lookup against ours, same target, same
+prompts, side by side in one run.
+
+    .venv/bin/python benchmarks/llama_cpp_peer.py --bundle ~/.cache/omnidraft/bundles/et-8da8w-d8da4w \\
+        --threads 2 --out benchmarks/results/llama_cpp_peer
+
+llama.cpp (build b11434) is built from source once (tools/llama_cpp/build.sh, about 4 minutes);
+the prepared target (Gemma-3-270M, fp32) is converted with llama.cpp's own converter to f16 and
+quantized to Q8_0, once. Per prompt, in turn: llama.cpp target-only (`llama-completion`), llama.cpp
+lookup (`llama-lookup`, its prompt-lookup decoding: n-grams of the context drafted and verified),
+this project's target-only on the bundle's ExecuTorch target, and this project's default
+`generate` (the hybrid of lookup and the drafter) on the same bundle, its learned state starting
+empty (first contact) and learning across the prompts, as a user's would. Greedy, threads fixed,
+decode-phase tokens per second as each system reports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from omnidraft import corpora
+from omnidraft.catalog import resolve_model_path
+from omnidraft.models import DEFAULT_TARGET
+from omnidraft.pair import PairOptions, open_pair
+from omnidraft.runtime.choices import Backend, ProposerKind
+from omnidraft.runtime.decoding import GenerationConfig
+from omnidraft.state import omnidraft_home
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import save_results  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def llama_cpp() -> Path:
+    out = subprocess.run([str(REPO / "tools" / "llama_cpp" / "build.sh")], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def q8_target(root: Path) -> Path:
+    """The prepared target as a Q8_0 GGUF, made with llama.cpp's own converter and quantizer (once)."""
+    folder = resolve_model_path(None, DEFAULT_TARGET)
+    models = omnidraft_home() / "llama.cpp" / "models"
+    f16, q8 = models / f"{DEFAULT_TARGET.name}-f16.gguf", models / f"{DEFAULT_TARGET.name}-q8_0.gguf"
+    if q8.is_file():
+        return q8
+    models.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(root / "gguf-py"))
+    print(f"[peer] converting {folder} to {f16.name}", file=sys.stderr)
+    subprocess.run([sys.executable, str(root / "convert_hf_to_gguf.py"), str(folder), "--outtype", "f16",
+                    "--outfile", str(f16)], check=True, env=env, capture_output=True)
+    subprocess.run([str(root / "bin" / "llama-quantize"), str(f16), str(q8.with_suffix(".partial")), "Q8_0"],
+                   check=True, capture_output=True)
+    q8.with_suffix(".partial").rename(q8)
+    return q8
+
+
+def run_llama(binary: Path, model: Path, prompt: str, n: int, threads: int, extra=()) -> tuple[float, str]:
+    """(decode tokens per second as the tool reports it, its output text)."""
+    cmd = [str(binary), "-m", str(model), "-p", prompt, "-n", str(n), "-t", str(threads), "--temp", "0",
+           "--seed", "1", *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    log = done.stderr + done.stdout
+    if done.returncode != 0:
+        raise RuntimeError(f"{binary.name} failed: {log[-400:]}")
+    m = re.search(r"decoded\s+(\d+)\s+tokens in\s+([\d.]+)\s+seconds", log)  # llama-lookup
+    if m:
+        return int(m.group(1)) / float(m.group(2)), done.stdout
+    m = re.search(r"eval time =\s+([\d.]+) ms /\s+(\d+) runs", log)  # llama-completion (its decode phase)
+    if not m:
+        raise RuntimeError(f"no timing in {binary.name}'s output: {log[-400:]}")
+    return int(m.group(2)) / (float(m.group(1)) / 1000), done.stdout
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bundle", type=Path, required=True, help="this project's ExecuTorch bundle of the same target")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompts", type=int, default=4, help="per domain (code, prose, chat)")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--draft-max", type=int, default=3, help="llama-lookup's --spec-draft-n-max")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    root = llama_cpp()
+    model = q8_target(root)
+    home = omnidraft_home()
+    prompts = [p for d in ("code", "prose", "chat") for p in corpora.prompts(d, args.prompts, seed=11)]
+    with tempfile.TemporaryDirectory() as state:  # our learned state starts empty: first contact
+        os.environ["OMNIDRAFT_HOME"] = state
+        (Path(state) / "models").symlink_to(home / "models", target_is_directory=True)
+        alone = open_pair(PairOptions(backend=Backend.EXECUTORCH, bundle=args.bundle, speculative=False,
+                                      threads=args.threads))
+        ours = open_pair(PairOptions(backend=Backend.EXECUTORCH, bundle=args.bundle, proposer=ProposerKind.HYBRID,
+                                     threads=args.threads))
+        rows = {k: [] for k in ("llama.cpp target-only", "llama.cpp lookup", "ours target-only", "ours default")}
+        for i, text in enumerate(prompts):
+            rows["llama.cpp target-only"].append(run_llama(root / "bin" / "llama-completion", model, text,
+                                                           args.max_new_tokens, args.threads, ["-no-cnv"])[0])
+            rows["llama.cpp lookup"].append(run_llama(root / "bin" / "llama-lookup", model, text, args.max_new_tokens,
+                                                      args.threads, ["--spec-draft-n-max", str(args.draft_max)])[0])
+            for name, pair in (("ours target-only", alone), ("ours default", ours)):
+                ids = pair.encode_prompt(text)
+                config = GenerationConfig(max_new_tokens=args.max_new_tokens, eos_ids=frozenset(),
+                                          **(pair.draft.config_fields() if pair.draft else {}))
+                rows[name].append(pair.decoder.generate(ids, config).stats.tokens_per_s)
+            print(f"[peer] prompt {i + 1}/{len(prompts)}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rows.items()),
+                  file=sys.stderr)
+    base = {"llama.cpp": rows["llama.cpp target-only"], "ours": rows["ours target-only"]}
+    table = []
+    for name, tps in rows.items():
+        own = base[name.split()[0]]
+        ratios = [a / b for a, b in zip(tps, own)]
+        vs_llama = [a / b for a, b in zip(tps, rows["llama.cpp target-only"])]
+        table.append({"method": name, "tokens_per_s": statistics.median(tps), "vs_own_target_only":
+                      statistics.median(ratios), "worst_vs_own": min(ratios),
+                      "vs_llama_cpp_target_only": statistics.median(vs_llama)})
+    result = {"date": time.strftime("%Y-%m-%d"), "threads": args.threads, "prompts": len(prompts),
+              "max_new_tokens": args.max_new_tokens, "llama_cpp": "b11434", "gguf": model.name,
+              "bundle": args.bundle.name, "command": "benchmarks/llama_cpp_peer.py " + " ".join(sys.argv[1:]),
+              "rows": table, "per_prompt": rows}
+    save_results(args.out, result, render)
+    return 0
+
+
+def render(r: dict) -> str:
+    lines = [f"llama.cpp {r['llama_cpp']} ({r['gguf']}) against this project ({r['bundle']}), {r['prompts']} prompts "
+             f"(code, prose, chat), {r['max_new_tokens']} new tokens, greedy, {r['threads']} threads, {r['date']}. "
+             f"Median over prompts; each system's speedup against its own target-only, per prompt. "
+             f"Command: `{r['command']}`.", "",
+             "| method | tok/s | vs its own target-only | worst prompt | vs llama.cpp target-only |",
+             "|---|---|---|---|---|"]
+    for row in r["rows"]:
+        lines.append(f"| {row['method']} | {row['tokens_per_s']:.1f} | {row['vs_own_target_only']:.2f}x | "
+                     f"{row['worst_vs_own']:.2f}x | {row['vs_llama_cpp_target_only']:.2f}x |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
