@@ -212,8 +212,12 @@ def cmd_generate(args) -> int:
             result = model.generate(**request)
         else:
             write = opt.source_writer(args.show_sources, sys.stdout)
-            for piece, source in model.stream(**request, sources=True):
-                write(piece, source)
+            pieces = model.stream(**request, sources=True)
+            try:
+                for piece, source in pieces:
+                    write(piece, source)
+            finally:  # interrupted while writing: the generation ends here, before its state is saved
+                pieces.close()
             result = model.last
     s = result.stats
     report = {

@@ -52,14 +52,17 @@ class Simulator:
         pieces: list[str] = []
         turn_start = time.perf_counter() - self.started
         done = []
+        stream = self.pair.decoder.stream(ids, config, sources=True, done=done.append)
         try:
-            for piece, source in self.pair.decoder.stream(ids, config, sources=True, done=done.append):
+            for piece, source in stream:
                 pieces.append(piece)
                 write(piece, source)
             result = done[0]
             stats, text, stop = result.stats, result.text, result.stop_reason
         except KeyboardInterrupt:
             stats, text, stop = None, "".join(pieces), "interrupted"
+        finally:
+            stream.close()  # Ctrl-C while writing: the generation ends here (what it learned is kept)
         write("\n", "target")
         turn = {"start_s": turn_start, "text": text, "stop_reason": stop, "prompt_tokens": len(ids),
                 "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
