@@ -39,12 +39,13 @@ def resolve_pair_paths(target: str | None, drafter: str | None) -> tuple[Path, P
     small drafter (the target taught it: fastest on ExecuTorch, benchmarks/RESULTS.md "Which drafter by
     default") and any other target SmolLM2-135M-Instruct, which was not taught by it. A damaged or missing
     small drafter is then a warning and SmolLM2 drafts; asked for by name, it is an error."""
-    for spec in (target, drafter):  # a bad folder is reported before any default model is prepared
+    named = {}  # a bad folder is reported before any default model is prepared (each path resolved once)
+    for spec in (target, drafter):
         if spec is not None and spec not in DEFAULT_MODELS and spec != "small":
-            resolve_model_path(spec, DEFAULT_TARGET)
-    target_path = resolve_model_path(target, DEFAULT_TARGET)
+            named[spec] = resolve_model_path(spec, DEFAULT_TARGET)
+    target_path = named.get(target) or resolve_model_path(target, DEFAULT_TARGET)
     if drafter is not None or target not in (None, DEFAULT_TARGET.name):
-        return target_path, resolve_model_path(drafter, DEFAULT_DRAFTER)
+        return target_path, named.get(drafter) or resolve_model_path(drafter, DEFAULT_DRAFTER)
     try:
         return target_path, resolve_model_path("small", DEFAULT_DRAFTER)
     except OmniDraftError as e:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic import atomic_directory
+from .bundle import sha256_file
 from .errors import OmniDraftError
 from .progress import log, stage
 from .state import omnidraft_home
@@ -100,7 +101,7 @@ def prepare_gguf(path: Path) -> Path:
         names = ", ".join(GGUF_ARCHITECTURES)
         raise OmniDraftError(f"{path.name}: GGUF architecture {arch!r} is not supported; supported: {names}")
     with stage(f"{path.name}: hashing"):
-        digest = _sha256(path)
+        digest = sha256_file(path)
     stem = "".join(c if c.isalnum() or c in "-_." else "-" for c in path.stem)[:48]
     out = models_root() / f"gguf-{stem}-{digest[:12]}"
     if (out / "omnidraft-source.json").exists():
@@ -118,16 +119,6 @@ def gguf_architecture(path: Path) -> str:
         return str(GGUFReader(path).fields["general.architecture"].contents())
     except (OSError, ValueError, KeyError, IndexError) as e:
         raise OmniDraftError(f"{path} is not a readable GGUF file ({type(e).__name__})") from None
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _convert_gguf(gguf: Path, out: Path, name: str, source: dict) -> None:

@@ -13,7 +13,6 @@ mismatched delta file is one clear error).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from .atomic import atomic_directory
 from .errors import OmniDraftError
+from .bundle import sha256_file
 from .models import DEFAULT_DRAFTER, default_model_dir, models_root, prepare_default_model
 from .state import omnidraft_home
 from .progress import log, stage
@@ -35,12 +35,7 @@ def model_dir() -> Path:
     return models_root() / "omnidraft-small"
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+sha256 = sha256_file  # the delta's checksum, as drafter.json records it
 
 
 def read_manifest(shipped: Path = SHIPPED) -> dict:

@@ -6,6 +6,7 @@ from unittest import mock
 import pytest
 import torch
 
+from omnidraft.bundle import sha256_file
 from omnidraft.catalog import resolve_model_path
 from omnidraft.errors import OmniDraftError
 from omnidraft.models import DEFAULT_DRAFTER, load_model
@@ -29,7 +30,7 @@ def tiny_gguf(tmp_path_factory, drafter_path):
 def test_a_gguf_file_converts_once_to_the_same_model(tiny_gguf):
     model, gguf, folder = tiny_gguf
     home = folder.parent.parent
-    assert folder.parent == home / "models" and folder.name == f"gguf-tiny-llama-{_sha256(gguf)[:12]}"  # its hash
+    assert folder.parent == home / "models" and folder.name == f"gguf-tiny-llama-{sha256_file(gguf)[:12]}"  # its hash
     stamp = (folder / "config.json").stat().st_mtime_ns
     with mock.patch.dict(os.environ, {"OMNIDRAFT_HOME": str(home)}):
         assert resolve_model_path(str(gguf), DEFAULT_DRAFTER) == folder  # converted once
@@ -37,12 +38,6 @@ def test_a_gguf_file_converts_once_to_the_same_model(tiny_gguf):
     x = torch.tensor([[1, 200, 3000, 42, 7]])
     with torch.no_grad():
         torch.testing.assert_close(load_model(folder)(x).logits, model(x).logits)  # the same fp32 weights
-
-
-def _sha256(path):
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.slow
