@@ -88,6 +88,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompts", type=int, default=4, help="per domain (code, prose, chat)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--compare", type=Path, action="append", default=[],
+                    help="another bundle of the same target: its target-only and default rows too (ratios against "
+                         "--bundle's target-only), e.g. one exported by an earlier version")
     ap.add_argument("--draft-max", type=int, default=3, help="llama-lookup's --spec-draft-n-max")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
@@ -99,17 +102,20 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as state:  # our learned state starts empty: first contact
         os.environ["OMNIDRAFT_HOME"] = state
         (Path(state) / "models").symlink_to(home / "models", target_is_directory=True)
-        alone = open_pair(PairOptions(backend=Backend.EXECUTORCH, bundle=args.bundle, speculative=False,
-                                      threads=args.threads))
-        ours = open_pair(PairOptions(backend=Backend.EXECUTORCH, bundle=args.bundle, proposer=ProposerKind.HYBRID,
-                                     threads=args.threads))
-        rows = {k: [] for k in ("llama.cpp target-only", "llama.cpp lookup", "ours target-only", "ours default")}
+        ours = {}
+        for bundle in [args.bundle, *args.compare]:
+            label = "" if bundle == args.bundle else f", {bundle.name}"
+            ours[f"ours target-only{label}"] = open_pair(PairOptions(
+                backend=Backend.EXECUTORCH, bundle=bundle, speculative=False, threads=args.threads))
+            ours[f"ours default{label}"] = open_pair(PairOptions(
+                backend=Backend.EXECUTORCH, bundle=bundle, proposer=ProposerKind.HYBRID, threads=args.threads))
+        rows = {k: [] for k in ("llama.cpp target-only", "llama.cpp lookup", *ours)}
         for i, text in enumerate(prompts):
             rows["llama.cpp target-only"].append(run_llama(root / "bin" / "llama-completion", model, text,
                                                            args.max_new_tokens, args.threads, ["-no-cnv"])[0])
             rows["llama.cpp lookup"].append(run_llama(root / "bin" / "llama-lookup", model, text, args.max_new_tokens,
                                                       args.threads, ["--spec-draft-n-max", str(args.draft_max)])[0])
-            for name, pair in (("ours target-only", alone), ("ours default", ours)):
+            for name, pair in ours.items():
                 ids = pair.encode_prompt(text)
                 config = GenerationConfig(max_new_tokens=args.max_new_tokens, eos_ids=frozenset(),
                                           **(pair.draft.config_fields() if pair.draft else {}))
@@ -127,7 +133,7 @@ def main() -> int:
                       "vs_llama_cpp_target_only": statistics.median(vs_llama)})
     result = {"date": time.strftime("%Y-%m-%d"), "threads": args.threads, "prompts": len(prompts),
               "max_new_tokens": args.max_new_tokens, "llama_cpp": "b11434", "gguf": model.name,
-              "bundle": args.bundle.name, "command": "benchmarks/llama_cpp_peer.py " + " ".join(sys.argv[1:]),
+              "bundle": args.bundle.name, "compare": [b.name for b in args.compare], "command": "benchmarks/llama_cpp_peer.py " + " ".join(sys.argv[1:]),
               "rows": table, "per_prompt": rows}
     save_results(args.out, result, render)
     return 0
