@@ -369,23 +369,3 @@ def test_simulator_refuses_a_damaged_bundle(bundle_dir, tmp_path):
     assert [x for x in proc.stderr.splitlines() if x.strip()] == [
         "omnidraft: error: bundle file drafter.onnx does not match its sha256 (corrupt or replaced); re-export the bundle"
     ]
-
-
-def test_target_graph_stays_in_xnnpack(tmp_path, target_path, capfd):
-    """The graph rewrites (export/graph_rewrites.py) leave no norm or reshape to portable kernels between
-    XNNPACK partitions: per layer, the partitions around the KV cache write (llama::update_cache, a custom
-    op) and RoPE's slices; plus the embedding's and the masks' few. Without them this 2-layer Gemma-3 graph
-    ran 27 partitions per call (the real 18 layers: 219), and the logits are still those of eager torch."""
-    from omnidraft.export.executorch_export import export_executorch
-    from omnidraft.runtime.executorch_runner import ExecuTorchRunner
-
-    model = tiny_model(target_path, seed=1, sliding_window=8, vocab_size=1024)
-    eager = EagerRunner(__import__("copy").deepcopy(model), 64)
-    meta = export_executorch(model, tmp_path / "t.pte", 64, 8, "none")
-    line = next(x for x in capfd.readouterr().err.splitlines() if "XNNPACK partitions" in x)
-    partitions = int(line.split(" runs ")[1].split()[0])
-    assert partitions <= 3 * model.config.num_hidden_layers + 3, line
-    ids = list(range(5, 25))
-    got = ExecuTorchRunner(tmp_path / "t.pte", meta).forward(ids, 0, len(ids))
-    want = eager.forward(ids, 0, len(ids))
-    assert float(np.abs(got - want).max()) < 1e-3 * float(np.abs(want).max())

@@ -16,7 +16,6 @@ from pathlib import Path
 import torch
 
 from ..progress import log, stage
-from . import graph_rewrites
 from .kv_wrapper import HEAD_INPUTS, BufferKVModel, head_example, runner_meta
 from .quant_embedding import quantize_embeddings
 
@@ -58,7 +57,6 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
         with stage(f"executorch: {embedding_quant} embedding table for {path.name}"):
             quantize_embeddings(model, embedding_quant)
         ops.append("quantized")
-    graph_rewrites.replace_norms(model)
     if quant in ("8da4w", "8da8w"):
         with stage(f"executorch: {quant} quantization for {path.name}"):
             quantize_linears(model, quant)
@@ -72,13 +70,13 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
         example += head_example(model)  # an eager call: before the wrapper switches the model's attention
         dynamic.update(dict.fromkeys(HEAD_INPUTS))
     wrapper = BufferKVModel(model.eval(), max_context, exact_rows).eval()
-    lower_to_xnnpack(wrapper, example, dynamic, path, strict=True, passes=[graph_rewrites.infer_dynamic_reshapes])
+    lower_to_xnnpack(wrapper, example, dynamic, path, strict=True)
     return {**runner_meta(model, max_context, max_tokens, head), "quant": quant, "executorch_ops": ops}
 
 
-def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict: bool, passes=None) -> int:
-    """torch.export, XNNPACK lowering (after the edge-graph `passes`) and writing of one decoding program,
-    each a progress stage; the number of XNNPACK partitions (delegate calls per run of the graph)."""
+def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict: bool) -> int:
+    """torch.export, XNNPACK lowering and writing of one decoding program, each a progress stage; the number
+    of XNNPACK partitions (delegate calls per run of the graph)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
@@ -87,7 +85,7 @@ def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict
         with stage(f"executorch: torch.export of {path.name}"):
             ep = torch.export.export(wrapper, example, dynamic_shapes=dynamic_shapes, strict=strict)
         with stage(f"executorch: lowering {path.name} to XNNPACK (slow for real models)"):
-            edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], transform_passes=passes)
+            edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
             program = edge.to_executorch()
     partitions = sum(1 for node in edge.exported_program().graph.nodes
                      if node.op == "call_function" and "call_delegate" in str(node.target))
