@@ -133,7 +133,8 @@ def main() -> int:
                       "vs_llama_cpp_target_only": statistics.median(vs_llama)})
     result = {"date": time.strftime("%Y-%m-%d"), "threads": args.threads, "prompts": len(prompts),
               "max_new_tokens": args.max_new_tokens, "llama_cpp": "b11434", "gguf": model.name,
-              "bundle": args.bundle.name, "compare": [b.name for b in args.compare], "command": "benchmarks/llama_cpp_peer.py " + " ".join(sys.argv[1:]),
+              "bundle": args.bundle.name, "compare": [b.name for b in args.compare],
+              "command": "benchmarks/llama_cpp_peer.py " + " ".join(sys.argv[1:]),
               "rows": table, "per_prompt": rows}
     save_results(args.out, result, render)
     return 0

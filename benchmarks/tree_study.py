@@ -113,10 +113,9 @@ def lookup_tree(seq, history, scorer, max_nodes, branch, wide=False):
                 frontier.append((p, key, ends[inverse == choice], depth + 1))
                 if made >= max_nodes:
                     break
-    paths = sorted(trie, key=lambda k: (-trie[k], len(k)))[:max_nodes]
     index = {}
     nodes = []
-    for path in sorted(paths, key=lambda k: (-trie[k], len(k))):
+    for path in sorted(trie, key=lambda k: (-trie[k], len(k)))[:max_nodes]:
         if len(path) > 1 and path[:-1] not in index:
             continue  # its parent fell out of the budget
         index[path] = len(nodes)
@@ -136,18 +135,19 @@ def best_size(path_probs, T) -> int:
 
 
 def replay(prompt, ref, history, scorer, T, tree, max_nodes: int, branch: int, wide=False):
-    """(projected seconds, rounds) of greedy lookup decoding of `ref` after `prompt`."""
+    """Projected seconds of greedy lookup decoding of `ref` after `prompt`."""
     seq, out = list(prompt), list(ref)
-    seconds, rounds, pos = 0.0, 0, 0
+    seconds, pos = 0.0, 0
     while pos < len(out):
         c = find_candidates(seq, history, 16)
+        k_chain = best_size(np.cumprod(scorer.probs(scorer.features(c))), T) if len(c) else 0
+        k = cost_k = k_chain
         if tree:
             nodes = lookup_tree(seq, history, scorer, max_nodes, branch, wide)
-            k = best_size([p for _, _, p in nodes], T)
+            k = cost_k = best_size([p for _, _, p in nodes], T)
             if tree == "bound":  # every node verified for the price of the chain's call
-                probs = scorer.probs(scorer.features(c)) if len(c) else np.zeros(0)
-                k_chain = best_size(np.cumprod(probs), T) if len(c) else 0
-                k, cost_k = len(nodes), k_chain
+                k = len(nodes)
+                cost_k = k_chain
             node, acc = -1, 0
             while pos + acc < len(out):  # the deepest path equal to the reference
                 nxt = [i for i, (par, tok, _) in enumerate(nodes[:k]) if par == node and tok == out[pos + acc]]
@@ -155,8 +155,6 @@ def replay(prompt, ref, history, scorer, T, tree, max_nodes: int, branch: int, w
                     break
                 node, acc = nxt[0], acc + 1
         else:
-            probs = scorer.probs(scorer.features(c)) if len(c) else np.zeros(0)
-            k = best_size(np.cumprod(probs), T) if len(c) else 0
             acc = 0
             while acc < k and pos + acc < len(out) and c.tokens[acc] == out[pos + acc]:
                 acc += 1
@@ -172,9 +170,8 @@ def replay(prompt, ref, history, scorer, T, tree, max_nodes: int, branch: int, w
         commit = min(acc + 1, len(out) - pos)
         seq += out[pos : pos + commit]
         pos += commit
-        seconds += T((cost_k if tree == "bound" else k) + 1)
-        rounds += 1
-    return seconds, rounds
+        seconds += T(cost_k + 1)
+    return seconds
 
 
 def main():
@@ -199,21 +196,22 @@ def main():
     def T(n):
         return cost[min(n, max(sizes))]
 
+    def continued(workload, n, split):
+        """(prompt ids, the target's greedy continuation) of the workload's prompts that fit the context."""
+        out = []
+        for item in corpora.workload(workload, n, 0, split):
+            ids = encode(pair, item, workload)
+            if len(ids) + args.max_new_tokens + 1 < target.max_context:
+                out.append((ids, reference(pair, ids, pair.eos_ids(is_chat(item, workload)), args.max_new_tokens)))
+        return out
+
     results = {"T_ms": {n: cost[n] * 1e3 for n in sizes}, "workloads": {}}
     for workload in ("code", "prose", "chat", "first-contact", "code-infile", "structured", "multiturn"):
         history = HistoryIndex()
         if workload != "first-contact":
-            for item in corpora.workload(workload, args.warmup, split="adapt"):
-                ids = encode(pair, item, workload)
-                if len(ids) + args.max_new_tokens + 1 >= target.max_context:
-                    continue
-                history.add(ids + reference(pair, ids, pair.eos_ids(is_chat(item, workload)), args.max_new_tokens))
-        texts = []
-        for item in corpora.workload(workload, args.prompts, 0, "eval"):
-            ids = encode(pair, item, workload)
-            if len(ids) + args.max_new_tokens + 1 >= target.max_context:
-                continue
-            texts.append((ids, reference(pair, ids, pair.eos_ids(is_chat(item, workload)), args.max_new_tokens)))
+            for ids, ref in continued(workload, args.warmup, "adapt"):
+                history.add(ids + ref)
+        texts = continued(workload, args.prompts, "eval")
         row = {}
         for name, tree, branch in (("target-only", None, 0), ("chain", False, 1), ("tree", True, 2), ("wide tree", True, 2),
                                    ("tree bound", "bound", 3), ("wide tree bound", "bound", 3)):
@@ -223,9 +221,9 @@ def main():
             for ids, ref in texts:
                 scorer.begin()
                 if tree is None:
-                    s, r = T(1) * len(ref), len(ref)
+                    s = T(1) * len(ref)
                 else:
-                    s, r = replay(ids, ref, hist if workload != "first-contact" else None, scorer, T, tree,
+                    s = replay(ids, ref, hist if workload != "first-contact" else None, scorer, T, tree,
                                   args.nodes, branch, wide=name.startswith("wide"))
                 base = T(1) * len(ref)
                 worst = min(worst, base / s)
