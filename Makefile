@@ -86,8 +86,8 @@ bench-peers: prepare
 
 # llama.cpp (built from source once, tools/llama_cpp/build.sh) against the ExecuTorch bundle
 bench-llama-cpp: bundles
-	$(BIN)/python benchmarks/llama_cpp_peer.py --bundle $(BUNDLES)/et-8da8w-d8da4w --threads 2 --prompts 4 \
-		--out benchmarks/results/llama_cpp_peer
+	$(BIN)/python benchmarks/llama_cpp_peer.py --bundle $(BUNDLES)/et-8da8w-d8da4w --threads 2 --prompts 3 \
+		--workloads code,prose,chat,code-infile,structured,quote --out benchmarks/results/llama_cpp_peer
 
 bench: prepare
 	$(BIN)/python benchmarks/core_pair.py --out benchmarks/results/core_pair

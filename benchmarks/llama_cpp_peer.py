@@ -11,7 +11,9 @@ lookup (`llama-lookup`, its prompt-lookup decoding: n-grams of the context draft
 this project's target-only on the bundle's ExecuTorch target, and this project's default
 `generate` (the hybrid of lookup and the drafter) on the same bundle, its learned state starting
 empty (first contact) and learning across the prompts, as a user's would. Greedy, threads fixed,
-decode-phase tokens per second as each system reports it.
+decode-phase tokens per second as each system reports it. `--workloads` picks the prompts: the open-ended
+domains (the default) and the workloads whose continuations repeat their input (code-infile, structured,
+quote), reported per workload.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import save_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+TEXT_WORKLOADS = ("code-infile", "structured", "quote")  # corpora's workloads whose prompts are plain text
 
 
 def llama_cpp() -> Path:
@@ -86,7 +89,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundle", type=Path, required=True, help="this project's ExecuTorch bundle of the same target")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--prompts", type=int, default=4, help="per domain (code, prose, chat)")
+    ap.add_argument("--prompts", type=int, default=4, help="per workload")
+    ap.add_argument("--workloads", default="code,prose,chat",
+                    help="comma-separated: open-ended domains (code, prose, chat) and text workloads that repeat "
+                         "their input (code-infile, structured, quote)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--compare", type=Path, action="append", default=[],
                     help="another bundle of the same target: its target-only and default rows too (ratios against "
@@ -98,7 +104,12 @@ def main() -> int:
     root = llama_cpp()
     model = q8_target(root)
     home = omnidraft_home()
-    prompts = [p for d in ("code", "prose", "chat") for p in corpora.prompts(d, args.prompts, seed=11)]
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in workloads if w not in corpora.DOMAINS + TEXT_WORKLOADS]
+    if unknown or not workloads:
+        ap.error(f"--workloads: choose from {', '.join(corpora.DOMAINS + TEXT_WORKLOADS)}")
+    prompts = [(w, p) for w in workloads for p in (corpora.prompts(w, args.prompts, seed=11) if w in corpora.DOMAINS
+                                                   else corpora.workload(w, args.prompts, seed=11))]
     with tempfile.TemporaryDirectory() as state:  # our learned state starts empty: first contact
         os.environ["OMNIDRAFT_HOME"] = state
         (Path(state) / "models").symlink_to(home / "models", target_is_directory=True)
@@ -110,7 +121,7 @@ def main() -> int:
             ours[f"ours default{label}"] = open_pair(PairOptions(
                 backend=Backend.EXECUTORCH, bundle=bundle, proposer=ProposerKind.HYBRID, threads=args.threads))
         rows = {k: [] for k in ("llama.cpp target-only", "llama.cpp lookup", *ours)}
-        for i, text in enumerate(prompts):
+        for i, (_, text) in enumerate(prompts):
             rows["llama.cpp target-only"].append(run_llama(root / "bin" / "llama-completion", model, text,
                                                            args.max_new_tokens, args.threads, ["-no-cnv"])[0])
             rows["llama.cpp lookup"].append(run_llama(root / "bin" / "llama-lookup", model, text, args.max_new_tokens,
@@ -122,34 +133,51 @@ def main() -> int:
                 rows[name].append(pair.decoder.generate(ids, config).stats.tokens_per_s)
             print(f"[peer] prompt {i + 1}/{len(prompts)}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rows.items()),
                   file=sys.stderr)
-    base = {"llama.cpp": rows["llama.cpp target-only"], "ours": rows["ours target-only"]}
     table = []
-    for name, tps in rows.items():
-        own = base[name.split()[0]]
-        ratios = [a / b for a, b in zip(tps, own)]
-        vs_llama = [a / b for a, b in zip(tps, rows["llama.cpp target-only"])]
-        table.append({"method": name, "tokens_per_s": statistics.median(tps), "vs_own_target_only":
-                      statistics.median(ratios), "worst_vs_own": min(ratios),
-                      "vs_llama_cpp_target_only": statistics.median(vs_llama)})
-    result = {"date": time.strftime("%Y-%m-%d"), "threads": args.threads, "prompts": len(prompts),
+    for workload in workloads:
+        picked = [i for i, (w, _) in enumerate(prompts) if w == workload]
+        table += summarize({name: [tps[i] for i in picked] for name, tps in rows.items()}, workload)
+    result = {"date": time.strftime("%Y-%m-%d"), "threads": args.threads, "prompts": args.prompts,
+              "workloads": workloads,
               "max_new_tokens": args.max_new_tokens, "llama_cpp": "b11434", "gguf": model.name,
               "bundle": args.bundle.name, "compare": [b.name for b in args.compare],
               "command": "benchmarks/llama_cpp_peer.py " + " ".join(sys.argv[1:]),
-              "rows": table, "per_prompt": rows}
+              "rows": table, "per_prompt": rows, "prompt_workloads": [w for w, _ in prompts]}
     save_results(args.out, result, render)
     return 0
 
 
+def summarize(rows: dict[str, list[float]], workload: str) -> list[dict]:
+    """A workload's rows: medians over its prompts of tokens per second and of per-prompt ratios against each
+    system's own target-only, against llama.cpp's target-only and against llama.cpp's best configuration (of
+    target-only and lookup, the one with the higher median on this workload)."""
+    base = {"llama.cpp": rows["llama.cpp target-only"], "ours": rows["ours target-only"]}
+    best = max(("llama.cpp target-only", "llama.cpp lookup"), key=lambda k: statistics.median(rows[k]))
+    table = []
+    for name, tps in rows.items():
+        own = [a / b for a, b in zip(tps, base[name.split()[0]])]
+        table.append({"workload": workload, "method": name, "tokens_per_s": statistics.median(tps),
+                      "vs_own_target_only": statistics.median(own), "worst_vs_own": min(own),
+                      "vs_llama_cpp_target_only": statistics.median(
+                          [a / b for a, b in zip(tps, rows["llama.cpp target-only"])]),
+                      "vs_llama_cpp_best": statistics.median([a / b for a, b in zip(tps, rows[best])]),
+                      "llama_cpp_best": best})
+    return table
+
+
 def render(r: dict) -> str:
     lines = [f"llama.cpp {r['llama_cpp']} ({r['gguf']}) against this project ({r['bundle']}), {r['prompts']} prompts "
-             f"(code, prose, chat), {r['max_new_tokens']} new tokens, greedy, {r['threads']} threads, {r['date']}. "
-             f"Median over prompts; each system's speedup against its own target-only, per prompt. "
-             f"Command: `{r['command']}`.", "",
-             "| method | tok/s | vs its own target-only | worst prompt | vs llama.cpp target-only |",
-             "|---|---|---|---|---|"]
+             f"per workload ({', '.join(r['workloads'])}), {r['max_new_tokens']} new tokens, greedy, {r['threads']} "
+             f"threads, {r['date']}. Medians over a workload's prompts of tokens per second and of per-prompt "
+             f"ratios; \"llama.cpp's best\": its target-only or its lookup, whichever has the higher median on the "
+             f"workload. Command: `{r['command']}`.", "",
+             "| workload | method | tok/s | vs its own target-only | worst prompt | vs llama.cpp target-only "
+             "| vs llama.cpp's best |",
+             "|---|---|---|---|---|---|---|"]
     for row in r["rows"]:
-        lines.append(f"| {row['method']} | {row['tokens_per_s']:.1f} | {row['vs_own_target_only']:.2f}x | "
-                     f"{row['worst_vs_own']:.2f}x | {row['vs_llama_cpp_target_only']:.2f}x |")
+        lines.append(f"| {row['workload']} | {row['method']} | {row['tokens_per_s']:.1f} | "
+                     f"{row['vs_own_target_only']:.2f}x | {row['worst_vs_own']:.2f}x | "
+                     f"{row['vs_llama_cpp_target_only']:.2f}x | {row['vs_llama_cpp_best']:.2f}x |")
     return "\n".join(lines)
 
 
