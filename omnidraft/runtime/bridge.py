@@ -23,6 +23,7 @@ from .proposers import Proposal
 from .vocab import Vocab
 
 DIRECT, NGRAM, SPLIT_FIRST, SPLIT_REST = "direct", "ngram", "split", "split-rest"
+MAX_SPELLINGS = 65536  # memoized spellings of target tokens; cleared when full
 
 
 @dataclass
@@ -75,6 +76,7 @@ class VocabBridge:
                     self.draft_to_target[d] = by_bytes[b]
         self.intersection_size = int((self.draft_to_target >= 0).sum())
         self.pair_id = f"{draft.fingerprint}-{target.fingerprint}"
+        self._spellings: dict[int, list[int]] = {}  # target id -> its bytes in draft tokens (learn's memo)
 
     # -- draft -> target -----------------------------------------------------------
     def propose(self, draft_ids, draft_q, cache: NGramCache | None, max_tokens: int) -> Translation:
@@ -188,11 +190,20 @@ class VocabBridge:
             return
         for t in target_ids:
             t = int(t)
-            if self.target.special[t] or t >= len(self.target):
+            if t >= len(self.target) or self.target.special[t]:
                 continue
+            if len(spelling := self._spelling(t)) >= 2:
+                cache.add(t, spelling)
+
+    def _spelling(self, t: int) -> list[int]:
+        """A target token's bytes in draft tokens ([] if the drafter cannot spell them), tokenized once per token:
+        learn runs on every round's committed tokens, and text repeats its tokens."""
+        if (spelling := self._spellings.get(t)) is None:
+            if len(self._spellings) >= MAX_SPELLINGS:
+                self._spellings.clear()
             try:
                 spelling = self.draft.encode_bytes(self.target.token_bytes[t])
             except ValueError:
-                continue
-            if len(spelling) >= 2:
-                cache.add(t, spelling)
+                spelling = []
+            self._spellings[t] = spelling
+        return spelling

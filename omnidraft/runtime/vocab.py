@@ -172,6 +172,14 @@ class Vocab:
 
 def _utf8_runs(data: bytes):
     """Split bytes into maximal valid UTF-8 runs and single invalid bytes."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    else:  # the common case: one run
+        if data:
+            yield data, True
+        return
     i, n = 0, len(data)
     while i < n:
         j = i
