@@ -18,6 +18,8 @@ public final class VocabBridge {
     public final Tokenizer target;
     public final int[] draftToTarget;
     public final boolean identity;
+    private static final int MAX_SPELLINGS = 65536; // memoized spellings of target tokens; cleared when full
+    private final Map<Integer, List<Integer>> spellings = new HashMap<>(); // target id -> its draft tokens
 
     public VocabBridge(Tokenizer draft, Tokenizer target) {
         this.draft = draft;
@@ -97,14 +99,27 @@ public final class VocabBridge {
         if (identity) return;
         for (int t : targetIds) {
             if (t >= target.size() || target.special[t]) continue;
-            List<Integer> spelling;
+            List<Integer> spelling = spelling(t);
+            if (spelling.size() >= 2) cache.add(t, spelling);
+        }
+    }
+
+    /**
+     * A target token's bytes in draft tokens (empty if the drafter cannot spell them), tokenized once per token:
+     * learn runs on every round's committed tokens, and text repeats its tokens.
+     */
+    private List<Integer> spelling(int t) {
+        List<Integer> spelling = spellings.get(t);
+        if (spelling == null) {
+            if (spellings.size() >= MAX_SPELLINGS) spellings.clear();
             try {
                 spelling = draft.encodeBytes(target.tokenBytes[t], false);
             } catch (IllegalArgumentException e) {
-                continue;
+                spelling = List.of();
             }
-            if (spelling.size() >= 2) cache.add(t, spelling);
+            spellings.put(t, spelling);
         }
+        return spelling;
     }
 
     /** After a round: {draft tokens kept} and the draft tokens to append (the rest of the accepted text). */
