@@ -100,14 +100,16 @@ def main() -> int:
     ap.add_argument("--draft-max", type=int, default=3, help="llama-lookup's --spec-draft-n-max")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    root = llama_cpp()
-    model = q8_target(root)
-    home = omnidraft_home()
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in workloads if w not in corpora.DOMAINS + TEXT_WORKLOADS]
     if unknown or not workloads:
         ap.error(f"--workloads: choose from {', '.join(corpora.DOMAINS + TEXT_WORKLOADS)}")
+    if args.prompts < 1 or args.max_new_tokens < 1 or args.threads < 1:
+        ap.error("--prompts, --max-new-tokens and --threads must be at least 1")
+    torch.set_num_threads(args.threads)
+    root = llama_cpp()
+    model = q8_target(root)
+    home = omnidraft_home()
     prompts = [(w, p) for w in workloads for p in (corpora.prompts(w, args.prompts, seed=11) if w in corpora.DOMAINS
                                                    else corpora.workload(w, args.prompts, seed=11))]
     with tempfile.TemporaryDirectory() as state:  # our learned state starts empty: first contact
