@@ -46,6 +46,30 @@ def test_merge_after_learning_reproduces_target_tokens(text, bridge, draft_vocab
     assert prop.kind.count(NGRAM) == len(multi)
 
 
+def test_learning_teaches_the_same_cache_whatever_the_spelling_memo_holds(draft_vocab, target_vocab, monkeypatch):
+    """learn memoizes each target token's spelling; with the memo cleared whenever it is full (here at 3 tokens)
+    it teaches the cache exactly what spelling every committed token afresh does."""
+    from omnidraft.runtime import bridge as bridge_module
+
+    target_ids = [t for text in TEXTS for t in target_vocab.encode_bytes(text.encode())] * 2  # every token twice
+    caches = []
+    for cap in (bridge_module.MAX_SPELLINGS, 3):
+        monkeypatch.setattr(bridge_module, "MAX_SPELLINGS", cap)
+        bridge = VocabBridge(draft_vocab, target_vocab)
+        cache = NGramCache(bridge.pair_id)
+        for i in range(0, len(target_ids), 5):  # as rounds commit them, a few at a time
+            bridge.learn(cache, target_ids[i:i + 5])
+        assert len(bridge._spellings) <= cap
+        caches.append(cache.to_json())
+    fresh = {}
+    for t in target_ids:
+        spelling = draft_vocab.encode_bytes(target_vocab.token_bytes[t])
+        if len(spelling) >= 2:
+            fresh[tuple(spelling)] = fresh.get(tuple(spelling), 0) + 1
+    assert caches[0] == caches[1]
+    assert {tuple(ngram): count for ngram, _, count in caches[0]["entries"]} == fresh
+
+
 @pytest.mark.parametrize("text", TEXTS)
 def test_proposals_spell_the_draft_text_without_cache(text, bridge, draft_vocab, target_vocab):
     draft_ids = draft_vocab.encode_bytes(text.encode())
