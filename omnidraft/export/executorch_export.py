@@ -74,8 +74,8 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
     return {**runner_meta(model, max_context, max_tokens, head), "quant": quant, "executorch_ops": ops}
 
 
-def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict: bool) -> int:
-    """torch.export, XNNPACK lowering and writing of one decoding program, each a progress stage; the number
+def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict: bool) -> None:
+    """torch.export, XNNPACK lowering and writing of one decoding program, each a progress stage; logs the number
     of XNNPACK partitions (delegate calls per run of the graph)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
@@ -92,4 +92,3 @@ def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict
     log(f"[omnidraft] executorch: {path.name} runs {partitions} XNNPACK partitions per call")
     with stage(f"executorch: writing {path.name}"):
         path.write_bytes(program.buffer)
-    return partitions
