@@ -99,9 +99,9 @@ class Shadow:
         self.hybrid = hybrid
         self.lookup, self.drafting = hybrid.lookup, hybrid.drafting  # what the decoder and the adapter read
 
-    def begin(self, seq, config, rng):
-        self.lookup.begin(seq, config, rng)
-        self.drafting.begin(seq, config, rng)
+    def begin(self, seq, config, rng, learn=True):
+        self.lookup.begin(seq, config, rng, learn)
+        self.drafting.begin(seq, config, rng, learn)
 
     def propose(self, seq, budget, after=None):
         self.lookup.propose(seq, budget)  # judged against what the target commits

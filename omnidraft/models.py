@@ -81,9 +81,12 @@ def default_model_dir(model: DefaultModel) -> Path:
 def prepare_default_model(model: DefaultModel) -> Path:
     """Convert a default GGUF model to an fp32 safetensors checkpoint, once."""
     out = default_model_dir(model)
-    if (out / "omnidraft-source.json").exists():
+    if converted(out):
         return out
-    log(f"[omnidraft] preparing {model.role} model {model.name} into {out} (one time)")
+    if out.exists():
+        log(f"[omnidraft] warning: {out} is incomplete (a file is missing); converting {model.name} again")
+    else:
+        log(f"[omnidraft] preparing {model.role} model {model.name} into {out} (one time)")
     gguf = model.gguf_path()
     _convert_gguf(gguf, out, model.name, {"name": model.name, "package": model.package, "gguf": gguf.name})
     return out
@@ -104,40 +107,60 @@ def prepare_gguf(path: Path) -> Path:
         digest = sha256_file(path)
     stem = "".join(c if c.isalnum() or c in "-_." else "-" for c in path.stem)[:48]
     out = models_root() / f"gguf-{stem}-{digest[:12]}"
-    if (out / "omnidraft-source.json").exists():
+    if converted(out):
         return out
-    log(f"[omnidraft] converting {path} into {out} (one time)")
+    if out.exists():
+        log(f"[omnidraft] warning: {out} is incomplete (a file is missing); converting {path.name} again")
+    else:
+        log(f"[omnidraft] converting {path} into {out} (one time)")
     _convert_gguf(path, out, path.stem, {"name": path.stem, "gguf": str(path), "sha256": digest})
     return out
 
 
 def gguf_architecture(path: Path) -> str:
-    """general.architecture from a GGUF file's header; one clear error when it is not a GGUF file."""
-    try:
-        from gguf import GGUFReader
+    """general.architecture from a GGUF file's header, every declared size checked against the file's first
+    (gguf_file.py); one clear error when it is not a readable GGUF file."""
+    from .gguf_file import read_header
 
-        return str(GGUFReader(path).fields["general.architecture"].contents())
-    except (OSError, ValueError, KeyError, IndexError) as e:
-        raise OmniDraftError(f"{path} is not a readable GGUF file ({type(e).__name__})") from None
+    arch = read_header(path).architecture
+    if not arch:
+        raise OmniDraftError(f"{path} is not a readable GGUF file (no general.architecture field)")
+    return arch
 
 
 def _convert_gguf(gguf: Path, out: Path, name: str, source: dict) -> None:
-    """GGUF -> fp32 safetensors and the tokenizer, written into `out` atomically. A tensor type or
-    model layout transformers cannot read is one clear error."""
+    """GGUF -> fp32 safetensors and the tokenizer, written into `out` atomically. A tensor type or model layout
+    transformers cannot read, a weight the architecture needs that the file lacks, or one of the wrong shape
+    is one clear error."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its loading report would print a table; what matters is raised below
     try:
         with stage(f"{name}: loading tokenizer from {gguf.name}"):
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         with stage(f"{name}: dequantizing weights from GGUF"):
-            gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+            gguf_model, info = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, dtype=torch.float32, output_loading_info=True,
+                ignore_mismatched_sizes=True)
         config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    except (ValueError, NotImplementedError, KeyError, TypeError) as e:
+    except (ValueError, NotImplementedError, KeyError, TypeError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise OmniDraftError(f"{gguf.name}: transformers cannot read it ({first[:200]}); GGUF files of the "
                              f"{', '.join(GGUF_ARCHITECTURES)} architectures with F32, F16, BF16, Q4_0..Q8_0 or "
                              "Q2_K..Q6_K tensors convert") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    tied = getattr(config.get_text_config(), "tie_word_embeddings", False)
+    missing = sorted(k for k in info["missing_keys"] if not (tied and k.startswith("lm_head.")))
+    if missing:
+        raise OmniDraftError(f"{gguf.name}: the file lacks weights its {config.model_type} architecture needs: "
+                             f"{_listed(missing)}")
+    if info["mismatched_keys"]:
+        bad = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info["mismatched_keys"])
+        raise OmniDraftError(f"{gguf.name}: weights of the wrong shape for its configuration: {_listed(bad)}")
     with stage(f"{name}: writing fp32 safetensors"):
         # save_pretrained refuses a GGUF-loaded model: rebuild it from its config.
         if hasattr(config, "quantization_config"):
@@ -153,6 +176,17 @@ def _convert_gguf(gguf: Path, out: Path, name: str, source: dict) -> None:
             clean.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             (tmp / "omnidraft-source.json").write_text(json.dumps(source, indent=1))
+
+
+def _listed(names: list[str], most: int = 4) -> str:
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def converted(out: Path) -> bool:
+    """Whether `out` holds a whole converted model: its source note, configuration, tokenizer and weights."""
+    weights = (out / "model.safetensors").is_file() or (out / "model.safetensors.index.json").is_file()
+    return (out / "omnidraft-source.json").is_file() and (out / "config.json").is_file() and weights
 
 
 def check_architecture(path: Path) -> None:

@@ -146,6 +146,33 @@ def test_greedy_speculative_equals_target_only_on_backend(bundle_dir, backend):
     assert pair.predictor.updates == 2
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("role", ["target", "drafter"])
+def test_an_interrupted_generation_never_changes_the_next_on_backend(bundle_dir, backend, role):
+    """Issue 51's property on the exported graphs: an exception right after a model call wrote its cache (the
+    worst moment: ExecuTorch's cache is written in place) leaves the next greedy output and the cache exact."""
+    from .test_interrupted import assert_cache_holds_its_tokens, interrupt_calls
+
+    pair = build_bundle_pair(bundle_dir, backend, threads=1, use_ngram_cache=False)
+    runner = pair.decoder.target if role == "target" else pair.drafter
+    ids = pair.encode_prompt("def add(a, b):\n    return a +")
+    other = pair.encode_prompt("Once upon a time")
+    config = GenerationConfig(max_new_tokens=20, draft_len=MAX_DRAFT)
+    want = {tuple(p): pair.decoder.generate(p, config, learn=False).token_ids for p in (ids, other)}
+    for at in (1, 2, 4):
+        undo = interrupt_calls(runner, at, inside=False)
+        with pytest.raises(KeyboardInterrupt):
+            pair.decoder.generate(ids, config)
+        undo.remove()
+        for p in (other, ids):
+            assert pair.decoder.generate(p, config, learn=False).token_ids == want[tuple(p)]
+    undo = interrupt_calls(runner, 2, inside=False)
+    with pytest.raises(KeyboardInterrupt):
+        pair.decoder.generate(other, config)
+    undo.remove()
+    assert_cache_holds_its_tokens(runner, open_runner(pair.bundle, role, backend, 1))
+
+
 def _flip_byte(path):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF

@@ -182,9 +182,9 @@ class LookupThenDrafter:
     def __init__(self, lookup, drafting, m: int = 1):
         self.lookup, self.drafting, self.m = lookup, drafting, m
 
-    def begin(self, seq, config, rng):
-        self.lookup.begin(seq, config, rng)
-        self.drafting.begin(seq, config, rng)
+    def begin(self, seq, config, rng, learn=True):
+        self.lookup.begin(seq, config, rng, learn)
+        self.drafting.begin(seq, config, rng, learn)
 
     def propose(self, seq, budget, after=None):
         look = self.lookup.propose(seq, budget)

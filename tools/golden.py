@@ -423,8 +423,8 @@ def round_trace_vectors(vocabs: dict) -> dict:
         def __init__(self, inner):
             self.inner, self.rounds = inner, []
 
-        def begin(self, seq, config, rng):
-            self.inner.begin(seq, config, rng)
+        def begin(self, seq, config, rng, learn=True):
+            self.inner.begin(seq, config, rng, learn)
 
         def propose(self, seq, budget, after=None):
             return self.inner.propose(seq, budget, after)

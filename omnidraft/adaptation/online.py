@@ -91,6 +91,10 @@ class OnlineAdapter:
         if self._builder is not None:
             self._builder.add(committed, target_logits)
 
+    def abandon(self) -> None:
+        """The generation was interrupted: learn nothing from it."""
+        self._builder = None
+
     def end(self) -> bool:
         """Finish the generation; True when the drafter's weights changed (its KV cache is stale).
 

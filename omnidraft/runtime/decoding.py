@@ -16,6 +16,7 @@ backends are interchangeable.
 from __future__ import annotations
 
 import codecs
+import threading
 import time
 from collections import Counter
 from collections.abc import Generator
@@ -96,6 +97,9 @@ class _Run:
     by_source: dict[str, SourceCounts] = field(default_factory=dict)
     rounds: list[tuple[float, int, int]] = field(default_factory=list)
     call_times: dict[bool, list[float]] = field(default_factory=lambda: {False: [], True: []})
+    learn: bool = True  # False: nothing of this generation is kept
+    done: object = None  # done(result) when it ends (stream())
+    result: GenerationResult | None = None  # set once it has ended
 
 
 class SpeculativeDecoder:
@@ -110,6 +114,8 @@ class SpeculativeDecoder:
         self.target_vocab = target_vocab.padded(target.vocab_size)
         self.proposer = proposer
         self.adapter = adapter  # an OnlineAdapter (trains the drafter), or None
+        self._lock = threading.RLock()
+        self._live: _Run | None = None  # the generation in flight (a stream may be suspended in it)
 
     @classmethod
     def with_drafter(cls, target: ModelRunner, target_vocab: Vocab, drafter: ModelRunner, draft_vocab: Vocab,
@@ -119,47 +125,73 @@ class SpeculativeDecoder:
                                                             ngram_cache, predictor))
 
     # -- the loop ------------------------------------------------------------------------
+    # One generation at a time per decoder: the runners' caches and the proposers' state are the decoder's.
+    # A lock serializes callers from several threads (each model call, round and finish runs under it), and
+    # starting a generation ends one still live (a suspended stream) as "cancelled", as if it were closed.
+    # A generation interrupted by an exception (Ctrl-C, an error) is dropped as "interrupted": the runners
+    # forget whatever the interrupted call may have written (runner.py) and its proposers keep nothing of it,
+    # so the next generation is exactly what it would have been without it.
+
     def generate(self, target_prompt: list[int], config: GenerationConfig, on_text=None,
                  learn: bool = True) -> GenerationResult:
-        """on_text(piece): the text as it is accepted. learn=False: the adapter does not train on this
-        generation, nor does lookup keep it in its history."""
-        run = self._prefill(target_prompt, config, None if on_text is None else (lambda piece, _: on_text(piece)),
-                            learn)
-        while run.stop_reason is None:
-            self._round(run)
-        return self._finish(run, learn)
+        """on_text(piece): the text as it is accepted. learn=False: nothing of this generation is kept (the
+        adapter, the acceptance head, the n-gram cache, lookup's scorer and history and the measured costs
+        learn nothing from it)."""
+        with self._lock:
+            run = self._start(target_prompt, config, None if on_text is None else (lambda piece, _: on_text(piece)),
+                              learn)
+            try:
+                while run.stop_reason is None:
+                    self._round(run)
+            except BaseException:
+                self._drop(run)
+                raise
+            return self._finish(run)
 
     def stream(self, target_prompt: list[int], config: GenerationConfig, learn: bool = True, done=None,
                sources: bool = False) -> Generator[str | tuple[str, str], None, GenerationResult]:
         """generate() as an iterator over the text as it is accepted (each round's new text, token by token;
         with sources=True as (text, who proposed it): "lookup", "drafter" or "target" for the target's own
         token); the iterator's return value is the GenerationResult, also passed to done(result) when given.
-        Closed early (the consumer stopped reading), the generation ends there with stop_reason "cancelled"
-        (done still hears of it), and what it learned is kept."""
+        Closed early (the consumer stopped reading), or ended by a newer generation on this decoder, the
+        generation ends there with stop_reason "cancelled" (done still hears of it), and what it learned is
+        kept."""
         pieces: list = []
-        run = self._prefill(target_prompt, config,
-                            (lambda piece, source: pieces.append((piece, source))) if sources
-                            else (lambda piece, _: pieces.append(piece)), learn)
+        with self._lock:
+            run = self._start(target_prompt, config,
+                              (lambda piece, source: pieces.append((piece, source))) if sources
+                              else (lambda piece, _: pieces.append(piece)), learn, done)
         try:
-            while run.stop_reason is None:
-                self._round(run)
+            while True:
+                with self._lock:
+                    if run.stop_reason is not None:
+                        break
+                    self._round(run)
                 while pieces:
                     yield pieces.pop(0)
         except GeneratorExit:
-            run.stop_reason = "cancelled"
-            result = self._finish(run, learn)
-            if done is not None:
-                done(result)
+            with self._lock:
+                if run.result is None:
+                    run.stop_reason = "cancelled"
+                self._finish(run)
             raise
-        result = self._finish(run, learn)
-        if done is not None:
-            done(result)
+        except BaseException:
+            with self._lock:
+                self._drop(run)
+            raise
+        with self._lock:
+            result = self._finish(run)
         while pieces:
             yield pieces.pop(0)
         return result
 
-    def _prefill(self, target_prompt: list[int], config: GenerationConfig, on_text, learn: bool) -> _Run:
-        """Check the prompt, bring the target's cache up to it (reusing what it holds), start the proposer."""
+    def _start(self, target_prompt: list[int], config: GenerationConfig, on_text, learn: bool, done=None) -> _Run:
+        """End a live generation, check the prompt, bring the target's cache up to it (reusing what it holds),
+        start the proposer."""
+        live, self._live = self._live, None
+        if live is not None and live.result is None:
+            live.stop_reason = "cancelled"
+            self._finish(live)
         if not target_prompt:
             raise OmniDraftError("the prompt is empty")
         if len(target_prompt) >= self.target.max_context:
@@ -169,15 +201,36 @@ class SpeculativeDecoder:
         speculative = config.speculative and self.proposer is not None
         run = _Run(config, list(target_prompt), np.random.default_rng(config.seed),
                    _TextStream(self.target_vocab, config.stop_strings, on_text), speculative,
-                   self.adapter if speculative and learn else None, time.perf_counter())
+                   self.adapter if speculative and learn else None, time.perf_counter(), learn=learn, done=done)
         run.prompt_tokens = len(run.seq)
         run.reused = prefill(self.target, run.seq)  # reuse what the cache holds (a chat's earlier turns)
+        self._live = run
         if speculative:
-            self.proposer.begin(run.seq, config, run.rng)
+            self.proposer.begin(run.seq, config, run.rng, learn)
         if run.adapter is not None:
             run.adapter.begin(run.seq)
         run.prefill_s = time.perf_counter() - run.start
         return run
+
+    def _drop(self, run: _Run) -> None:
+        """An exception interrupted the generation: end it as "interrupted", keeping nothing of it. The runners
+        are already consistent (a call that raised forgets what it wrote); the proposers and the adapter let go
+        of the half-done round. Never raises: the interruption is what the caller must see."""
+        if run.result is not None:
+            return
+        run.stop_reason = "interrupted"
+        if self._live is run:
+            self._live = None
+        proposers = ProposerStats()
+        try:
+            if run.speculative:
+                proposers = self.proposer.end(False, remember=False)
+            if run.adapter is not None:
+                run.adapter.abandon()
+        except Exception as e:  # noqa: BLE001 - the interruption is the error to report
+            log(f"[omnidraft] warning: ending the interrupted generation: {type(e).__name__}: {e}")
+        run.done = None  # whoever waits for the result hears of the exception instead
+        self._result(run, proposers, None, time.perf_counter() - run.start)
 
     def _round(self, run: _Run) -> None:
         """propose -> verify -> accept -> learn, once."""
@@ -230,8 +283,13 @@ class SpeculativeDecoder:
                 run.stop_reason = "max_new_tokens"
                 return
 
-    def _finish(self, run: _Run, learn: bool) -> GenerationResult:
-        """Flush the text, let the adapter update (between prompts) and the proposer wrap up; the statistics."""
+    def _finish(self, run: _Run) -> GenerationResult:
+        """Flush the text, let the adapter update (between prompts) and the proposer wrap up; the statistics
+        (once: a generation ended by a newer one returns what it had)."""
+        if run.result is not None:
+            return run.result
+        if self._live is run:
+            self._live = None
         run.out.flush()
         wall = time.perf_counter() - run.start
         weights_changed = False
@@ -245,7 +303,10 @@ class SpeculativeDecoder:
                     "the reply is kept")
                 weights_changed = True  # the drafter's weights may have moved: its cached keys are stale
             adaptation = dict(run.adapter.summary(), seconds=time.perf_counter() - t0)
-        proposers = self.proposer.end(weights_changed, remember=learn) if run.speculative else ProposerStats()
+        proposers = self.proposer.end(weights_changed, remember=run.learn) if run.speculative else ProposerStats()
+        return self._result(run, proposers, adaptation, wall)
+
+    def _result(self, run: _Run, proposers: ProposerStats, adaptation: dict | None, wall: float) -> GenerationResult:
         drafter = proposers.drafter or DrafterStats()
         stats = GenerationStats(
             new_tokens=len(run.generated), target_calls=run.calls, by_source=run.by_source, proposers=proposers,
@@ -254,7 +315,10 @@ class SpeculativeDecoder:
             draft_policy=run.config.draft_policy, prompt_tokens_reused=run.reused,
             accepted_lengths=dict(sorted(Counter(n for _, _, n in run.rounds).items())), rounds=run.rounds,
             adaptation=adaptation, prompt_tokens=run.prompt_tokens)
-        return GenerationResult(run.out.text, run.generated, run.stop_reason, stats, run.sources)
+        run.result = GenerationResult(run.out.text, run.generated, run.stop_reason, stats, run.sources)
+        if run.done is not None:
+            run.done(run.result)
+        return run.result
 
 
 class _TextStream:

@@ -56,6 +56,7 @@ class DraftModel:
         self.predictor = predictor  # an AcceptancePredictor training the drafter's acceptance head, or None
         self._length: tuple[tuple, DraftLength] | None = None  # kept across calls (the heuristic's state)
         self._config = self._rng = None
+        self._learn = True
         self.draft_seq: list[int] = []
         self._last: _InFlight | None = None
         self.counters = DrafterStats()
@@ -73,12 +74,14 @@ class DraftModel:
     def cross_vocab(self) -> bool:
         return not self.bridge.identity
 
-    def begin(self, seq: list[int], config, rng: np.random.Generator, read_prompt: bool = True) -> None:
+    def begin(self, seq: list[int], config, rng: np.random.Generator, learn: bool = True,
+              read_prompt: bool = True) -> None:
         """A generation starts; the drafter reads the prompt now (the prompt's processing, as the target's), or
-        with read_prompt=False when it first drafts, if ever (the hybrid, when the drafter may not be used)."""
+        with read_prompt=False when it first drafts, if ever (the hybrid, when the drafter may not be used).
+        learn=False: neither the n-gram cache nor the acceptance head learns from this generation."""
         if config.draft_policy == DraftPolicy.AUTO and not self.drafter.has_head:
             raise OmniDraftError(NO_HEAD)
-        self._config, self._rng = config, rng
+        self._config, self._rng, self._learn = config, rng, learn
         key = (config.draft_policy, config.draft_len, config.max_draft_len, config.gamma)
         if self._length is None or self._length[0] != key:
             self._length = (key, config.draft_length())
@@ -183,13 +186,13 @@ class DraftModel:
             tr.truncate(mine)  # the loop may have cut the proposal to what fits
             accepted = rnd.accepted - offset  # of ours; negative: the proposal we continued was cut before us
             rows = rnd.logits[offset : offset + mine + 1]
-            if self.predictor is not None:
+            if self.predictor is not None and self._learn:
                 self.predictor.observe(last.features, draft_labels(tr, rows, self._config.sampler, len(last.ids)))
             if accepted >= 0:
                 self.length.observe(mine, accepted)
         cache = self.ngram_cache
         ours = last is not None and mine and rnd.accepted >= offset
-        if cache is not None and self.cross_vocab:
+        if cache is not None and self.cross_vocab and self._learn:
             for j in range(rnd.accepted - offset if ours else 0):
                 if last.translation.kind[j] == NGRAM:
                     self.counters.ngram_accepted += 1
@@ -216,6 +219,7 @@ class DraftModel:
         c.ngram_cache_size = len(self.ngram_cache) if self.ngram_cache is not None else 0
         c.cross_vocab, c.vocab_intersection = self.cross_vocab, self.bridge.intersection_size
         if self.predictor is not None:
-            self.predictor.end_generation(weights_changed)
+            if remember and self._learn:
+                self.predictor.end_generation(weights_changed)
             c.predictor = self.predictor.summary()
         return ProposerStats(drafter=c)

@@ -30,6 +30,7 @@ re-checked at all: on such a machine the hybrid is lookup alone.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -250,14 +251,19 @@ class Hybrid:
         self.rounds = rounds or DrafterRounds()
         self._idle_s = 0.0  # seconds of rounds since the drafter last proposed
         self.choices = {}
+        self._learn = True
+        self._kept: tuple | None = None  # (costs, rounds) as the generation began
 
-    def begin(self, seq, config, rng) -> None:
+    def begin(self, seq, config, rng, learn: bool = True) -> None:
+        """learn=False: what the round measures steers this generation only (put back at its end)."""
         if self.lookup is not None:
-            self.lookup.begin(seq, config, rng)
+            self.lookup.begin(seq, config, rng, learn)
+        self._learn = learn
+        self._kept = (copy.deepcopy(self.costs), self.rounds)
         self.rounds = self.rounds.carried()
         self._idle_s = 0.0
         if self.drafting is not None:  # it reads the prompt now only if it is expected to pay (else when first used)
-            self.drafting.begin(seq, config, rng, read_prompt=False)
+            self.drafting.begin(seq, config, rng, learn, read_prompt=False)
             if self._could_pay() and self.drafter_value() >= 1.0 / self.costs.target(1):
                 self.drafting.read_prompt()
         self.choices = {"none": 0, LOOKUP: 0, DRAFTER: 0, CHAIN: 0}
@@ -334,6 +340,8 @@ class Hybrid:
                            {"accepted": accepted, "proposed": proposed, "calls": calls,
                             "tokens_per_s": self.drafter_value()})
         stats = ProposerStats(hybrid=mine)
+        if not (remember and self._learn) and self._kept is not None:
+            self.costs, self.rounds = self._kept
         if self.lookup is not None:
             stats.lookup = self.lookup.end(weights_changed, remember).lookup
         if self.drafting is not None:

@@ -57,6 +57,13 @@ class LookupScorer:
         """A new generation: its own correction starts afresh."""
         self.offset = 0.0
 
+    def kept(self) -> tuple:
+        """What the scorer keeps between generations (restore() puts it back)."""
+        return self.weights.copy(), self.judged, self.hits
+
+    def restore(self, kept: tuple) -> None:
+        self.weights[:], self.judged, self.hits = kept
+
     @staticmethod
     def features(c: Candidates) -> np.ndarray:
         m = len(c)
@@ -98,11 +105,16 @@ class LookupProposer:
         self._pending: tuple[int, list[int], np.ndarray] | None = None  # (start, tokens, features) to judge
         self._seq: list[int] | None = None
         self._last_doc: list[int] | None = None  # what this process last added to the history
+        self._learn = True
+        self._kept = self.scorer.kept()  # as the generation began (put back when it keeps nothing)
         self.counters = LookupStats()
 
-    def begin(self, seq: list[int], config=None, rng=None) -> None:
+    def begin(self, seq: list[int], config=None, rng=None, learn: bool = True) -> None:
+        """learn=False: the scorer's weights are put back at the end and the text joins no history."""
         self._seq = seq
         self._pending = None
+        self._learn = learn
+        self._kept = self.scorer.kept()
         self.scorer.begin()
         self.counters = LookupStats()
 
@@ -139,6 +151,9 @@ class LookupProposer:
 
     def end(self, weights_changed: bool = False, remember: bool = True) -> ProposerStats:
         seq = self._seq or []
+        remember = remember and self._learn
+        if not remember:
+            self.scorer.restore(self._kept)
         if remember and self.history is not None and len(seq) >= 2:
             last = self._last_doc
             if last is not None and len(seq) > len(last) and seq[: len(last)] == last:

@@ -5,7 +5,9 @@ committed sequence, verifies them in one target call, and tells the proposer wha
 committed. A proposer is any object with these four methods (HF's CandidateGenerator
 plays the same part):
 
-    begin(seq, config, rng)      a generation starts from the committed prompt `seq`
+    begin(seq, config, rng, learn)
+                                 a generation starts from the committed prompt `seq`; learn=False: keep
+                                 nothing of it (what is learned during it is undone or never written)
     propose(seq, budget, after=None) -> Proposal (target tokens; may be empty)
                                  after: a proposal this one continues (its tokens are taken as
                                  if committed); a proposer that cannot continue one returns nothing
@@ -118,7 +120,7 @@ class Round:
 
 
 class Proposer(Protocol):
-    def begin(self, seq: list[int], config, rng: np.random.Generator) -> None: ...
+    def begin(self, seq: list[int], config, rng: np.random.Generator, learn: bool = True) -> None: ...
 
     def propose(self, seq: list[int], budget: int, after: Proposal | None = None) -> Proposal: ...
 

@@ -77,7 +77,13 @@ class ModelRunner(ABC):
         for lo in range(0, n, chunk):
             hi = min(n, lo + chunk)
             want = max(0, hi - (n - n_logits))  # how many of this chunk's rows are wanted
-            logits, head = self._forward(tokens[lo:hi], start + lo, max(want, 1))
+            try:
+                logits, head = self._forward(tokens[lo:hi], start + lo, max(want, 1))
+            except BaseException:
+                # Interrupted (Ctrl-C, an error): the call may have written some layers' slots from
+                # start + lo on. Forget them, so the cache never claims positions it may not hold.
+                self.rollback(start + lo)
+                raise
             if head is not None:
                 self.head_output = head
             self.calls += 1
@@ -145,12 +151,13 @@ class EagerRunner(ModelRunner):
         # the masks still apply the window, and rollback never loses evicted states.
         n_layers = model.config.get_text_config().num_hidden_layers
         self.cache = Cache(layers=[StaticLayer(max_cache_len=max_context) for _ in range(n_layers)])
-        self._cached = 0  # positions the HF cache object believes it holds
 
     def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> Step:
         torch = self._torch
-        if start != self._cached:
-            self.cache.crop(start - self._cached)  # static layers crop by a negative count
+        # Each layer of the HF cache counts its own fill, and an interrupted call leaves them out of step:
+        # every call sets them all to `start`, so the runner's position is the one source of truth.
+        for layer in self.cache.layers:
+            layer.cumulative_length.fill_(start)
         ids = torch.from_numpy(tokens).unsqueeze(0)
         pos = torch.arange(start, start + len(tokens)).unsqueeze(0)
         with torch.inference_mode():
@@ -163,7 +170,6 @@ class EagerRunner(ModelRunner):
                 hidden = self.model.base_model(input_ids=ids, position_ids=pos, cache=self.cache,
                                                use_cache=True).last_hidden_state
                 out_logits = (head.weight @ hidden[0, -n_logits:].T).T.unsqueeze(0)
-            self._cached = start + len(tokens)
             logits = out_logits[0].float().numpy()
             if self.head is None:
                 return Step(logits)
