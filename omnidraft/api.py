@@ -60,7 +60,7 @@ class Model:
         self.last: GenerationResult | None = None  # the last generation's result (stream()'s too)
 
     def generate(self, prompt: str | None = None, *, messages: list[dict] | None = None, max_new_tokens: int = 64,
-                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, stop: str | list[str] = (),
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, stop: str | list[str] | None = (),
                  strict_sampling: bool = False, learn: bool = True) -> GenerationResult:
         """The reply to a prompt (plain text) or to messages (the target's chat format). Temperature 0 is
         greedy and exact: the target's own greedy output. strict_sampling: cross-vocabulary sampling exactly
@@ -127,9 +127,12 @@ def generation_config(pair: Pair, chat: bool, *, max_new_tokens: int = 64, tempe
         raise OmniDraftError(f"top_p must be in (0, 1], got {top_p!r}")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise OmniDraftError(f"seed must be a whole number >= 0, got {seed!r}")
+    if stop is None:
+        stop = ()
+    if not isinstance(stop, (str, list, tuple)) or not all(isinstance(s, str) for s in ([stop] if isinstance(
+            stop, str) else stop)):
+        raise OmniDraftError(f"stop: a string, a list of strings or None, got {stop!r}")
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
-    if not all(isinstance(s, str) for s in stops):
-        raise OmniDraftError("stop: a string or a list of strings")
     draft = pair.draft.config_fields() if pair.draft else {}
     return GenerationConfig(max_new_tokens=max_new_tokens, sampler=Sampler(float(temperature), float(top_p)),
                             seed=seed, stop_strings=stops, strict_sampling=strict_sampling,

@@ -190,7 +190,10 @@ def read_prompt(args) -> str:
 
 
 def cmd_generate(args) -> int:
+    from .pair import check_text
+
     prompt = read_prompt(args)
+    check_text(prompt, "the prompt")  # before any model loads
     if not prompt.strip():
         raise OmniDraftError("the prompt is empty")
     quiet_libraries()

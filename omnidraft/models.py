@@ -200,6 +200,43 @@ def check_architecture(path: Path) -> None:
         raise OmniDraftError(f"{path}: model type {model_type!r} is not supported; supported: {names}")
 
 
+def kv_cache_bytes(config, positions: int, bytes_per_value: int = 4) -> int:
+    """The bytes of a full-length KV cache of `positions` for a model config (every layer, keys and values)."""
+    text = config.get_text_config()
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    return text.num_hidden_layers * 2 * text.num_key_value_heads * head_dim * positions * bytes_per_value
+
+
+RAM_SHARE = 0.5  # a KV cache above this share of the machine's memory gets a warning
+
+
+def check_context(path: Path, positions: int, what: str = "--max-context") -> None:
+    """Refuse a context window beyond the model's own limit (one line with the cache's size); warn when its KV
+    cache would take more than RAM_SHARE of this machine's memory. Reads only config.json."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except Exception as e:  # noqa: BLE001 - a damaged folder is the user's to fix
+        raise OmniDraftError(f"cannot read {Path(path) / 'config.json'}: {str(e).splitlines()[0][:200]}") from None
+    limit = getattr(config.get_text_config(), "max_position_embeddings", None)
+    size = kv_cache_bytes(config, positions)
+    if limit and positions > limit:
+        raise OmniDraftError(f"{what} {positions:,} is beyond {Path(path).name}'s own limit of {limit:,} positions "
+                             f"(its KV cache would take {_gigabytes(size)})")
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if size > RAM_SHARE * ram:
+        log(f"[omnidraft] warning: {what} {positions:,} gives {Path(path).name} a KV cache of {_gigabytes(size)}, "
+            f"more than half of this machine's {_gigabytes(ram)} of memory")
+
+
+def _gigabytes(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB ({n:,} bytes)"
+
+
 def load_tokenizer(path: Path):
     """The folder's tokenizer; loaded once per process while its files stay the same (read-only use)."""
     return _load_tokenizer(str(Path(path).resolve()), _files_stamp(path))

@@ -20,7 +20,7 @@ from .draft_head import apply_draft_head
 from .chat import encode_chat, eos_ids
 from .adaptation.learners import learner_for, training_section
 from .errors import OmniDraftError
-from .models import DEFAULT_TARGET, load_model, load_vocab
+from .models import DEFAULT_TARGET, check_context, load_model, load_vocab
 from .catalog import resolve_model_path, resolve_pair_paths
 from .progress import log
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
@@ -64,6 +64,32 @@ class PairOptions:
     lora_drafter: bool = False  # run the LoRA-input drafter graph (on-device adaptation) even without adapt
     verify_hashes: bool = True
     private: bool = False  # save nothing derived from prompts or outputs (learned state is still read)
+
+    def check(self) -> None:
+        """Every value in range, each with one clear error, before anything loads."""
+        def whole(name: str, value, least: int) -> None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise OmniDraftError(f"{name} must be a whole number >= {least}, got {value!r}")
+
+        if self.proposer not in set(ProposerKind):
+            raise OmniDraftError(f"proposer {self.proposer!r}: choose from {', '.join(ProposerKind)}")
+        if self.backend not in set(Backend):
+            raise OmniDraftError(f"backend {self.backend!r}: choose from {', '.join(Backend)}")
+        check_profile(self.profile)
+        whole("max_context", self.max_context, 2)
+        whole("history_tokens", self.history_tokens, 0)
+        whole("ngram_cache_size", self.ngram_cache_size, 1)
+        if self.threads is not None:
+            whole("threads", self.threads, 1)
+        if self.max_draft_len is not None:
+            whole("max_draft_len", self.max_draft_len, 1)
+        if self.draft_len is not None and self.draft_len not in set(DraftPolicy):
+            whole("draft_len (or 'auto', 'heuristic')", self.draft_len, 1)
+        if isinstance(self.gamma, bool) or not isinstance(self.gamma, (int, float)) or not 0 < self.gamma < 1:
+            raise OmniDraftError(f"gamma must be a number in (0, 1), got {self.gamma!r}")
+        if self.private and self.reset:
+            raise OmniDraftError("--private changes nothing in the profile, and --reset-adaptation sets its learned "
+                                 "state aside: choose one")
 
 
 @dataclass
@@ -110,6 +136,7 @@ class Pair:
         return self.drafting is not None and self.drafting.cross_vocab
 
     def encode_prompt(self, text: str, chat: bool = False) -> list[int]:
+        check_text(text, "the prompt")
         if not text.strip():
             raise OmniDraftError("the prompt is empty")
         if chat:
@@ -118,6 +145,8 @@ class Pair:
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
         """A conversation (roles user/assistant) in the target's chat format, ready for its reply (chat.py)."""
+        for i, m in enumerate(messages):
+            check_text(m.get("content", ""), f"message {i + 1}")
         return encode_chat(self.target_vocab.tokenizer, messages, self.target_name)
 
     def eos_ids(self, chat: bool = False) -> frozenset[int]:
@@ -156,20 +185,28 @@ class Pair:
         return (len(bridge.draft), len(bridge.target)) if bridge is not None else None
 
 
+def check_text(text: str, what: str) -> None:
+    """One clear error for text that is not valid Unicode: a lone surrogate, as Python makes of a command-line
+    byte that is not UTF-8 (e.g. --prompt $'abc\\xff')."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = text[e.start]
+        byte = f" (the byte 0x{ord(bad) - 0xDC00:02x})" if 0xDC80 <= ord(bad) <= 0xDCFF else ""
+        raise OmniDraftError(f"{what} is not valid UTF-8 text: character {e.start} is a lone surrogate "
+                             f"U+{ord(bad):04X}{byte}") from None
+
+
 def check_profile(profile: str) -> None:
     """Profile names become file names: keep them plain."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", profile):
+    if not isinstance(profile, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", profile):
         raise OmniDraftError(f"profile name {profile!r}: use letters, digits, '.', '_' or '-' (at most 64)")
 
 
 def open_pair(o: PairOptions) -> Pair:
     """The pair the options describe, fully wired; every option is checked before any model loads."""
-    if o.proposer not in set(ProposerKind):
-        raise OmniDraftError(f"proposer {o.proposer!r}: choose from {', '.join(ProposerKind)}")
-    if o.backend not in set(Backend):
-        raise OmniDraftError(f"backend {o.backend!r}: choose from {', '.join(Backend)}")
+    o.check()
     o = replace(o, proposer=ProposerKind(o.proposer), backend=Backend(o.backend))
-    check_profile(o.profile)
     _clean_state_folders()
     with_drafter = o.speculative and o.proposer != ProposerKind.LOOKUP
     if o.adapt is not None and o.private:
@@ -179,8 +216,6 @@ def open_pair(o: PairOptions) -> Pair:
     if o.backend == Backend.EAGER:
         if o.bundle is not None:
             raise OmniDraftError("--bundle runs on --backend executorch or onnxruntime, not eager")
-        if o.max_context < 2:
-            raise OmniDraftError("max context must be at least 2")
         models = _eager_models(o, with_drafter)
     else:
         if o.bundle is None:
@@ -246,6 +281,9 @@ def _eager_models(o: PairOptions, with_drafter: bool):
         target_path, drafter_path = resolve_pair_paths(o.target, o.drafter)
     else:
         target_path, drafter_path = resolve_model_path(o.target, DEFAULT_TARGET), None
+    check_context(target_path, o.max_context)
+    if drafter_path is not None:
+        check_context(drafter_path, 2 * o.max_context, "the drafter's context (twice --max-context)")
     target_vocab = load_vocab(target_path)
     target = EagerRunner(load_model(target_path), o.max_context, name="target")
     if drafter_path is None:

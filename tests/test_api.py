@@ -61,12 +61,43 @@ def test_messages_stop_strings_and_sampling(model):
     ({"prompt": "x", "top_p": float("nan")}, "top_p must be in (0, 1]"),
     ({"prompt": "x", "seed": -1}, "seed"),
     ({"prompt": "x", "stop": [1]}, "stop:"),
+    ({"prompt": "x", "stop": 5}, "stop:"),
+    ({"prompt": "abc\udcff"}, "the prompt is not valid UTF-8 text: character 3 is a lone surrogate U+DCFF (the byte 0xff)"),
+    ({"messages": [{"role": "user", "content": "\ud800x"}]}, "message 1 is not valid UTF-8 text"),
     ({"prompt": "word " * 2000}, "context window"),
 ])
 def test_bad_arguments_are_one_clear_error(model, kwargs, needle):
     with pytest.raises(OmniDraftError, match=None) as e:
         model.generate(**kwargs)
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_stop_none_means_no_stop_strings(model):
+    assert model.generate("a b c", max_new_tokens=6, stop=None).stop_reason == "max_new_tokens"
+
+
+@pytest.mark.parametrize("option, needle", [
+    ({"draft_len": 0}, "draft_len (or 'auto', 'heuristic') must be a whole number >= 1, got 0"),
+    ({"draft_len": -3}, "draft_len"),
+    ({"draft_len": "abc"}, "draft_len"),
+    ({"gamma": float("nan")}, "gamma must be a number in (0, 1)"),
+    ({"gamma": -1}, "gamma"),
+    ({"gamma": float("inf")}, "gamma"),
+    ({"max_draft_len": 0}, "max_draft_len must be a whole number >= 1"),
+    ({"history_tokens": -1}, "history_tokens must be a whole number >= 0"),
+    ({"ngram_cache_size": -1}, "ngram_cache_size must be a whole number >= 1"),
+    ({"max_context": "abc"}, "max_context must be a whole number >= 2"),
+    ({"max_context": 10_000_000}, "--max-context 10,000,000 is beyond"),
+    ({"profile": 5}, "profile name 5"),
+    ({"private": True, "reset": True}, "--private changes nothing in the profile"),
+])
+def test_load_checks_every_option_before_any_model_loads(tmp_path, tiny_checkpoints, option, needle):
+    from unittest import mock
+
+    with mock.patch("omnidraft.pair.load_model", side_effect=AssertionError("a model was loaded")):
+        with pytest.raises(OmniDraftError) as e:
+            omnidraft.load(target=str(tiny_checkpoints["target"]), drafter=str(tiny_checkpoints["drafter"]), **option)
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 
 def test_load_names_what_it_takes(tmp_path):

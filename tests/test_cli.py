@@ -44,11 +44,27 @@ def assert_one_line_error(proc, needle, code=None):
         (["generate", "--prompt", "x", "--temperature", "nan"], "--temperature"),
         (["generate", "--prompt", "x", "--target", "/no/such/model"], "model path does not exist"),
         (["generate"], "one of the arguments --prompt --prompt-file is required"),
+        (["generate", "--prompt", "abc\udcff"], "the prompt is not valid UTF-8 text: character 3 is a lone surrogate"),
+        (["generate", "--prompt", "x", "--private", "--reset-adaptation"], "--private changes nothing in the profile"),
         (["frobnicate"], "invalid choice"),
     ],
 )
 def test_bad_input_fast(args, needle):
     assert_one_line_error(run(*args), needle)
+
+
+def test_a_prompt_argument_that_is_not_utf8_is_one_line_from_the_real_entry_point(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "omnidraft", "generate", "--prompt", b"abc\xff"],
+                          capture_output=True, text=True, timeout=HANG_GUARD_SECONDS,
+                          env={**os.environ, "OMNIDRAFT_HOME": str(tmp_path / "home")})
+    assert_one_line_error(proc, "(the byte 0xff)", code=1)
+
+
+def test_a_context_beyond_the_model_is_refused_with_the_cache_size(tmp_path, tiny_checkpoints):
+    ran = run("generate", "--prompt", "x", "--target", str(tiny_checkpoints["target"]), "--drafter",
+              str(tiny_checkpoints["drafter"]), "--max-context", "10000000", home=tmp_path / "home")
+    assert_one_line_error(ran, "--max-context 10,000,000 is beyond target's own limit of 32,768 positions")
+    assert "bytes)" in ran.stderr
 
 
 def test_invalid_utf8_prompt_file(tmp_path):
@@ -262,3 +278,12 @@ def test_a_long_stage_says_it_is_still_running(capsys):
     assert err[0] == "[omnidraft] lowering ..." and err[-2].startswith("[omnidraft] lowering done (")
     assert any(line.startswith("[omnidraft] lowering: still running (") for line in err[1:-2])
     assert err[-1] == "[omnidraft] failing ..."  # a failed stage prints nothing more: the error follows
+
+
+def test_a_context_whose_cache_would_crowd_memory_is_warned(monkeypatch, tiny_checkpoints, capsys):
+    from omnidraft import models
+
+    monkeypatch.setattr(models, "RAM_SHARE", 1e-9)
+    models.check_context(tiny_checkpoints["target"], 4096)
+    err = capsys.readouterr().err
+    assert "warning: --max-context 4,096 gives target a KV cache of" in err and "bytes)" in err

