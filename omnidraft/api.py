@@ -61,21 +61,26 @@ class Model:
 
     def generate(self, prompt: str | None = None, *, messages: list[dict] | None = None, max_new_tokens: int = 64,
                  temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, stop: str | list[str] | None = (),
-                 strict_sampling: bool = False, learn: bool = True) -> GenerationResult:
+                 strict_sampling: bool = False, sampled_drafts: bool = False, learn: bool = True) -> GenerationResult:
         """The reply to a prompt (plain text) or to messages (the target's chat format). Temperature 0 is
-        greedy and exact: the target's own greedy output. strict_sampling: cross-vocabulary sampling exactly
-        lossless (docs/exactness.md). learn=False keeps nothing of this generation."""
-        ids, config = self._request(prompt, messages, max_new_tokens, temperature, top_p, seed, stop, strict_sampling)
+        greedy and exact: the target's own greedy output. Sampling is lossless and a seed gives the same text
+        whoever proposed, unless sampled_drafts (the drafter samples, verified by rejection sampling);
+        strict_sampling: with sampled drafts, exactly lossless across vocabularies (docs/exactness.md).
+        learn=False keeps nothing of this generation."""
+        ids, config = self._request(prompt, messages, max_new_tokens, temperature, top_p, seed, stop, strict_sampling,
+                                    sampled_drafts)
         self.last = self.pair.decoder.generate(ids, config, learn=learn)
         return self.last
 
     def stream(self, prompt: str | None = None, *, messages: list[dict] | None = None, max_new_tokens: int = 64,
                temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, stop: str | list[str] = (),
-               strict_sampling: bool = False, learn: bool = True, sources: bool = False) -> Iterator[str]:
+               strict_sampling: bool = False, sampled_drafts: bool = False, learn: bool = True,
+               sources: bool = False) -> Iterator[str]:
         """generate(), as the text is accepted; `last` holds the result once the iterator is done. Stopping
         early ends the generation there (stop_reason "cancelled"). sources=True: (text, who proposed it)
         pairs, the source "lookup", "drafter" or "target" (the target's own correction or bonus token)."""
-        ids, config = self._request(prompt, messages, max_new_tokens, temperature, top_p, seed, stop, strict_sampling)
+        ids, config = self._request(prompt, messages, max_new_tokens, temperature, top_p, seed, stop, strict_sampling,
+                                    sampled_drafts)
         return self._pieces(ids, config, learn, sources)
 
     def _pieces(self, ids, config, learn, sources) -> Iterator[str]:
@@ -98,7 +103,8 @@ class Model:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _request(self, prompt, messages, max_new_tokens, temperature, top_p, seed, stop, strict_sampling):
+    def _request(self, prompt, messages, max_new_tokens, temperature, top_p, seed, stop, strict_sampling,
+                 sampled_drafts=False):
         """The prompt's target tokens and the generation's config, every argument checked (one clear error)."""
         if (prompt is None) == (messages is None):
             raise OmniDraftError("give a prompt or messages (one of them)")
@@ -110,12 +116,14 @@ class Model:
             raise OmniDraftError('messages: a non-empty list of {"role": "user" or "assistant", "content": text}')
         chat = messages is not None
         config = generation_config(self.pair, chat, max_new_tokens=max_new_tokens, temperature=temperature,
-                                   top_p=top_p, seed=seed, stop=stop, strict_sampling=strict_sampling)
+                                   top_p=top_p, seed=seed, stop=stop, strict_sampling=strict_sampling,
+                                   sampled_drafts=sampled_drafts)
         return (self.pair.encode_chat(messages) if chat else self.pair.encode_prompt(prompt)), config
 
 
 def generation_config(pair: Pair, chat: bool, *, max_new_tokens: int = 64, temperature: float = 0.0,
                       top_p: float = 1.0, seed: int = 0, stop: str | list[str] = (), strict_sampling: bool = False,
+                      sampled_drafts: bool = False,
                       **fields) -> GenerationConfig:
     """A GenerationConfig for this pair (its resolved draft length, its end-of-turn ids with chat), every
     value checked with one clear error; `fields`: GenerationConfig's other fields."""
@@ -136,6 +144,7 @@ def generation_config(pair: Pair, chat: bool, *, max_new_tokens: int = 64, tempe
     draft = pair.draft.config_fields() if pair.draft else {}
     return GenerationConfig(max_new_tokens=max_new_tokens, sampler=Sampler(float(temperature), float(top_p)),
                             seed=seed, stop_strings=stops, strict_sampling=strict_sampling,
+                            sampled_drafts=bool(sampled_drafts),
                             eos_ids=pair.eos_ids(chat), **{**draft, **fields})
 
 

@@ -209,7 +209,7 @@ def cmd_generate(args) -> int:
     pair = model.pair
     request = {"prompt": None, "messages": [{"role": "user", "content": prompt}]} if args.chat else {"prompt": prompt}
     request.update(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                   stop=args.stop, strict_sampling=args.strict_sampling)
+                   stop=args.stop, strict_sampling=args.strict_sampling, sampled_drafts=args.sampled_drafts)
     with model:  # what the pair learned is saved, even when the generation fails
         if args.json:
             result = model.generate(**request)

@@ -97,8 +97,13 @@ def add_sampling_options(p) -> None:
     p.add_argument("--temperature", type=non_negative_float, default=0.0, help="0 = greedy (exact)")
     p.add_argument("--top-p", type=probability, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="sampling seed (a stream's n-th prompt uses seed + n)")
+    p.add_argument("--sampled-drafts", action="store_true",
+                   help="under sampling the drafter samples its drafts, verified by rejection sampling (the paper's "
+                        "method); by default it proposes its most likely tokens, verified against each position's "
+                        "own draw, so a seed repeats whoever proposed (docs/exactness.md)")
     p.add_argument("--strict-sampling", action="store_true",
-                   help="cross-vocabulary sampling exactly lossless (direct mappings only, no n-gram merges)")
+                   help="with sampled drafts, cross-vocabulary sampling exactly lossless (direct mappings only, no "
+                        "n-gram merges; implies --sampled-drafts)")
 
 
 def add_proposal_options(p) -> None:
@@ -193,7 +198,8 @@ def generation_config(args, pair, chat: bool, **fields):
     from .api import generation_config
 
     return generation_config(pair, chat, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                             top_p=args.top_p, seed=args.seed, strict_sampling=args.strict_sampling, **fields)
+                             top_p=args.top_p, seed=args.seed, strict_sampling=args.strict_sampling,
+                             sampled_drafts=args.sampled_drafts, **fields)
 
 
 SOURCE_COLOURS = {"lookup": "\033[36m", "drafter": "\033[32m"}  # the target's own tokens stay uncoloured

@@ -131,12 +131,25 @@ def letters_cross_pair(target_table: np.ndarray, draft_table: np.ndarray):
     return dec
 
 
-def exact_distribution(table, prompt_token, n):
+def reference_probs(table, temperature: float = 1.0, top_p: float = 1.0) -> np.ndarray:
+    """Each row's sampling law the slow, obvious way: softmax(row / T), then a full stable sort for top-p."""
+    x = np.asarray(table, dtype=np.float64) / temperature
+    probs = np.exp(x - x.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    for row in probs:
+        order = np.argsort(-row, kind="stable")
+        keep = order[: int(np.searchsorted(np.cumsum(row[order]), top_p)) + 1]
+        cut = np.zeros_like(row)
+        cut[keep] = row[keep]
+        row[:] = cut / cut.sum()
+    return probs
+
+
+def exact_distribution(table, prompt_token, n, temperature: float = 1.0, top_p: float = 1.0):
     """P(sequence) of n tokens sampled from a bigram table, by enumeration."""
     import itertools
 
-    probs = np.exp(table - table.max(axis=1, keepdims=True))
-    probs /= probs.sum(axis=1, keepdims=True)
+    probs = reference_probs(table, temperature, top_p)
     v = table.shape[0]
     dist = {}
     for seq in itertools.product(range(v), repeat=n):
@@ -148,14 +161,16 @@ def exact_distribution(table, prompt_token, n):
     return dist
 
 
-def sample_law(dec, prompt, n: int, runs: int, **config) -> tuple[dict, dict]:
+def sample_law(dec, prompt, n: int, runs: int, temperature: float = 1.0, top_p: float = 1.0,
+               **config) -> tuple[dict, dict]:
     """Empirical law of n-token outputs over `runs` seeds, with acceptance and n-gram proposal counts."""
     from omnidraft.runtime.decoding import GenerationConfig
     from omnidraft.runtime.sampling import Sampler
 
     counts, totals = {}, {"accepted": 0, "drafted": 0, "ngram_cache_hits": 0}
     for seed in range(runs):
-        got = dec.generate(prompt, GenerationConfig(max_new_tokens=n, sampler=Sampler(1.0), seed=seed, **config))
+        got = dec.generate(prompt, GenerationConfig(max_new_tokens=n, sampler=Sampler(temperature, top_p), seed=seed,
+                                                    **config))
         key = tuple(got.token_ids)
         counts[key] = counts.get(key, 0) + 1
         totals["accepted"] += got.stats.accepted

@@ -175,6 +175,23 @@ def test_lookup_sampling_reproduces_the_target_distribution():
     assert 0.2 < totals["acceptance"] < 0.95  # both the accept and the residual paths were exercised
 
 
+def test_lookup_sampling_under_top_p_reproduces_the_target_distribution():
+    """Lookup's point masses under temperature and top-p: a proposal outside the top-p set is never accepted,
+    and the output law is the truncated one exactly (against a full-sort reference of top-p)."""
+    v, n, runs = 5, 3, 4000
+    rng = np.random.default_rng(4)
+    table = rng.normal(0, 1.5, size=(v, v))
+    table[0, 1] = table[1, 0] = 2.5
+    table[1, 3] = table[3, 1] = 1.8  # a pattern the prompt repeats, not always inside top-p
+    vocab = byte_vocab(v)
+    dec = SpeculativeDecoder(bigram_runner(table), vocab, Hybrid(LookupProposer(None), None,
+                                                                 CallCosts(fixed=LOOKUP_PAYS)))
+    counts, totals = sample_law(dec, [0, 1, 3, 1, 0, 1, 3, 1, 0], n, runs, temperature=0.8, top_p=0.7)
+    law = exact_distribution(table, 0, n, temperature=0.8, top_p=0.7)
+    assert chi_square_p({k: c for k, c in counts.items()}, {k: p for k, p in law.items() if p > 0}, runs) > 1e-3
+    assert totals["drafted"] > 0 and 0.1 < totals["acceptance"] < 0.95
+
+
 class LookupThenDrafter:
     """Every round a chain: lookup's first `m` tokens continued by the drafter (the hybrid's chain option,
     forced, so that every round exercises the drafter's `after` path)."""
@@ -213,8 +230,10 @@ def test_chained_rounds_are_exact_across_vocabularies(m, tiny_target, tiny_draft
     assert by["lookup"].rounds > 0 and by["drafter"].rounds > 0  # both proposed, in the same rounds
 
 
-def test_chained_sampling_reproduces_the_target_distribution():
-    """A lookup point mass continued by the drafter's sampled draft, one vocabulary: the output law is exact."""
+@pytest.mark.parametrize("sampled_drafts", [False, True])
+def test_chained_sampling_reproduces_the_target_distribution(sampled_drafts):
+    """A lookup point mass continued by the drafter's draft (its most likely tokens, or sampled), one vocabulary:
+    the output law is exact."""
     v, n, runs = 4, 3, 4000
     rng = np.random.default_rng(2)
     table = rng.normal(0, 1.5, size=(v, v))
@@ -223,7 +242,7 @@ def test_chained_sampling_reproduces_the_target_distribution():
     vocab = byte_vocab(v)
     drafting = DraftModel.between(bigram_runner(table), vocab, bigram_runner(draft_table), vocab)
     dec = SpeculativeDecoder(bigram_runner(table), vocab, LookupThenDrafter(LookupProposer(None), drafting))
-    counts, totals = sample_law(dec, [0, 1, 0, 1, 0], n, runs, draft_len=2)
+    counts, totals = sample_law(dec, [0, 1, 0, 1, 0], n, runs, draft_len=2, sampled_drafts=sampled_drafts)
     assert chi_square_p(counts, exact_distribution(table, 0, n), runs) > 1e-3
     assert 0.2 < totals["acceptance"] < 0.95
 

@@ -99,6 +99,6 @@ def draft_labels(proposal: Translation, target_logits: np.ndarray, sampler: Samp
             label = float(int(np.argmax(row)) == t)
         else:
             q = proposal.q[j]
-            label = min(1.0, float(sampler.probs(row)[t]) / q) if q > 0 else 0.0
+            label = min(1.0, sampler.dist(row).prob(t) / q) if q > 0 else 0.0
         labels[proposal.draft_start[j]] *= label
     return labels

@@ -46,9 +46,13 @@ class GenerationConfig:
     stop_strings: tuple[str, ...] = ()
     eos_ids: frozenset[int] = frozenset()
     speculative: bool = True
-    # Cross-vocabulary sampling made exactly lossless: the drafter samples only among
-    # directly mapped tokens (renormalized) and no n-gram merges or splits are
-    # proposed, so q' is exactly the law each proposal was drawn from.
+    # Under sampling the drafter proposes its most likely tokens, verified against each position's own
+    # draw (verify.py: lossless, seeds repeat); sampled_drafts: it samples them, verified by rejection
+    # sampling (the paper's method; a seed repeats only with the same proposals).
+    sampled_drafts: bool = False
+    # Cross-vocabulary sampling made exactly lossless (implies sampled_drafts): the drafter samples only
+    # among directly mapped tokens (renormalized) and no n-gram merges or splits are proposed, so q' is
+    # exactly the law each proposal was drawn from.
     strict_sampling: bool = False
     # How many tokens to draft (draft_length.py): "fixed" (draft_len), "heuristic"
     # (+2/-1 from draft_len) or "auto" (the acceptance head, threshold gamma); the
@@ -62,6 +66,10 @@ class GenerationConfig:
             raise OmniDraftError("max new tokens must be at least 1")
         self.draft_length()  # validates the policy and its numbers
         self.draft_policy = DraftPolicy(self.draft_policy)
+
+    @property
+    def drafts_sampled(self) -> bool:
+        return not self.sampler.greedy and (self.sampled_drafts or self.strict_sampling)
 
     def draft_length(self) -> DraftLength:
         return DraftLength(self.draft_policy, self.draft_len, self.max_draft_len, self.gamma)
@@ -240,8 +248,8 @@ class SpeculativeDecoder:
             run.stop_reason = "context_full"
             return
         budget = min(room, config.max_new_tokens - len(run.generated) - 1)
-        if target.max_tokens_per_call:
-            budget = min(budget, target.max_tokens_per_call - 1)
+        if target.max_verify:
+            budget = min(budget, target.max_verify - 1)
         # propose
         proposal = self.proposer.propose(seq, budget) if run.speculative and budget > 0 else Proposal()
         proposal.truncate(max(budget, 0))
@@ -253,7 +261,7 @@ class SpeculativeDecoder:
         seconds = time.perf_counter() - t0
         run.calls += 1
         run.call_times[len(pending) > 1].append(seconds)
-        n, next_token = verify(proposal, logits, config.sampler, run.rng)
+        n, next_token = verify(proposal, logits, config.sampler, run.rng, config.seed, len(seq))
         # accept
         rnd = Round(len(seq), proposal, n, next_token, logits, seconds, len(pending))
         target.rollback(len(seq) + n)

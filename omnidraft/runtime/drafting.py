@@ -28,6 +28,7 @@ from .draft_length import DraftLength
 from .ngram_cache import NGramCache
 from .proposers import Proposal, Round
 from .runner import ModelRunner, common_prefix, prefill, reuse
+from .sampling import Sampler
 from .stats import DrafterStats, ProposerStats
 
 DRAFTER = "drafter"
@@ -35,6 +36,7 @@ DRAFTER = "drafter"
 # committed (the hybrid's lazy start, or its re-checks) restarts its context from the recent text rather than
 # reading it all, so what a re-check costs stays bounded whatever the length of the conversation.
 CATCHUP_WINDOW = 64
+GREEDY = Sampler()
 
 
 @dataclass
@@ -120,12 +122,12 @@ class DraftModel:
         k = min(self.length.budget(), self.drafter.max_context - len(context) + 1, budget)
         if k <= 0 or not self.draft_seq:
             return Proposal()
-        strict = self._config.strict_sampling and self.cross_vocab
+        strict = self._config.strict_sampling and self.cross_vocab and self._config.drafts_sampled
         ids, q, dists, features, calls = self._draft(context, k, strict)
         tr = self.bridge.propose(ids, q, None if strict else self.ngram_cache, budget)
         self.counters.ngram_hits += tr.kind.count(NGRAM)
         self._last = _InFlight(ids, features, tr, spelled)
-        proposal = self.bridge.proposal(tr, None if self._config.sampler.greedy else dists, DRAFTER)
+        proposal = self.bridge.proposal(tr, dists if self._config.drafts_sampled else None, DRAFTER)
         proposal.calls = calls
         return proposal
 
@@ -136,7 +138,8 @@ class DraftModel:
 
         strict: sample only among draft tokens with a direct target twin.
         """
-        drafter, sampler, c = self.drafter, self._config.sampler, self.counters
+        drafter, c = self.drafter, self.counters
+        sampler = self._config.sampler if self._config.drafts_sampled else GREEDY  # else its most likely tokens
         keep = reuse(drafter, context)  # what the cache already holds of the context
         fresh = context[keep:]
         t0 = time.perf_counter()
