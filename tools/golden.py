@@ -151,15 +151,20 @@ def verify_vectors(rng) -> dict:
                 draft = [int(np.argmax(target_logits[j])) if rng.random() < 0.6 else int(rng.integers(vocab))
                          for j in range(m)]
                 dists, q = [None] * m, [1.0] * m
-            else:
+            elif rng.random() < 0.5:  # the default under sampling: point masses, checked against each draw
+                draft = [int(np.argmax(row)) for row in draft_logits]
+                dists, q = None, [1.0] * m
+            else:  # sampled drafts (rejection sampling)
                 dists = [sampler.probs(row) for row in draft_logits]
                 draft = [int(rng.choice(vocab, p=d)) for d in dists]
                 q = [float(d[t]) for d, t in zip(dists, draft)]
             prop = bridge.proposal(bridge.propose(draft, np.array(q), None, max_tokens=m),
                                    None if sampler.greedy else dists)
             uniforms = Uniforms(rng.random(m + 2))
-            n, nxt = verify(prop, target_logits.astype(np.float32), sampler, uniforms)
-            cases.append({"temperature": temperature, "top_p": top_p, "draft": draft,
+            seed, start = int(rng.integers(1 << 40)), int(rng.integers(1000))
+            n, nxt = verify(prop, target_logits.astype(np.float32), sampler, uniforms, seed, start)
+            cases.append({"temperature": temperature, "top_p": top_p, "draft": draft, "seed": seed, "start": start,
+                          "sampled_drafts": dists is not None,
                           "draft_logits": draft_logits.tolist(), "target_logits": target_logits.astype(np.float32).tolist(),
                           "uniforms": uniforms.values, "accepted": n, "next": nxt, "uniforms_used": uniforms.used})
     return {"vocab": vocab, "cases": cases}

@@ -10,7 +10,8 @@ import org.pytorch.executorch.Tensor;
 /**
  * A bundle's .pte behind the core's runner interface (the phone twin of
  * omnidraft/runtime/executorch_runner.py). Inputs: input_ids [1, n], position_ids [1, n]
- * (int64), then, for a drafter exported with an acceptance head, head_weight [F] and
+ * (int64), then, for a target of version 5, logit_rows [k] (int64: the rows whose logits it
+ * returns, k <= maxLogitRows), then, for a drafter exported with an acceptance head, head_weight [F] and
  * head_bias [1], then (drafter_lora.pte) the LoRA tensors; outputs: logits [1, n, vocab] and, with the head, head_features [1, F]
  * and accept_prob [1]. The KV cache lives inside the program.
  */
@@ -19,8 +20,9 @@ public final class ExecuTorchRunner extends ModelRunner {
     private final AcceptanceHead head; // null for the target or a bundle without heads
     public List<Tensor> extraInputs = new java.util.ArrayList<>(); // drafter_lora.pte: the live LoRA tensors
 
-    public ExecuTorchRunner(String ptePath, int vocabSize, int maxContext, AcceptanceHead head) {
-        super(vocabSize, maxContext);
+    public ExecuTorchRunner(String ptePath, int vocabSize, int maxContext, int maxTokensPerCall, int maxLogitRows,
+                            AcceptanceHead head) {
+        super(vocabSize, maxContext, maxTokensPerCall, maxLogitRows);
         this.module = Module.load(ptePath);
         this.head = head;
     }
@@ -38,6 +40,13 @@ public final class ExecuTorchRunner extends ModelRunner {
         List<EValue> inputs = new java.util.ArrayList<>();
         inputs.add(EValue.from(Tensor.fromBlob(ids, shape)));
         inputs.add(EValue.from(Tensor.fromBlob(pos, shape)));
+        int first = n - nLogits; // the first row whose logits come back
+        if (maxLogitRows > 0) {
+            long[] wanted = new long[nLogits];
+            for (int r = 0; r < nLogits; r++) wanted[r] = first + r;
+            inputs.add(EValue.from(Tensor.fromBlob(wanted, new long[] {nLogits})));
+            first = 0; // the output holds only those rows
+        }
         if (head != null) {
             inputs.add(EValue.from(Tensor.fromBlob(head.weight, new long[] {head.weight.length})));
             inputs.add(EValue.from(Tensor.fromBlob(head.bias, new long[] {1})));
@@ -46,7 +55,7 @@ public final class ExecuTorchRunner extends ModelRunner {
         EValue[] out = module.forward(inputs.toArray(new EValue[0]));
         float[] flat = out[0].toTensor().getDataAsFloatArray();
         float[][] rows = new float[nLogits][vocabSize];
-        for (int r = 0; r < nLogits; r++) System.arraycopy(flat, (n - nLogits + r) * vocabSize, rows[r], 0, vocabSize);
+        for (int r = 0; r < nLogits; r++) System.arraycopy(flat, (first + r) * vocabSize, rows[r], 0, vocabSize);
         if (head != null) {
             lastHeadFeatures = out[1].toTensor().getDataAsFloatArray();
             lastAcceptProb = out[2].toTensor().getDataAsFloatArray()[0];

@@ -15,7 +15,7 @@ import java.util.Map;
  */
 public final class BundleManifest {
     public static final String FORMAT = "omnidraft-bundle";
-    public static final int VERSION = 4; // the newest this reader understands: omnidraft/bundle.py's VERSION
+    public static final int VERSION = 5; // the newest this reader understands: omnidraft/bundle.py's VERSION
     static final String[] QUANTS = {"none", "8da4w", "8da8w", "int8"};
     static final String[] EMBEDDING_QUANTS = {"none", "int8", "int4"};
     static final String[] EXECUTORCH_OPS = {"llama", "quantized"};
@@ -38,6 +38,8 @@ public final class BundleManifest {
         public final List<String> executorchOps;
         public final int acceptanceHeadFeatures; // 0: no acceptance head in the drafter's graphs
         public final int draftHeadTokens; // 0: the graphs score the whole vocabulary
+        public final int maxLogitRows; // version 5 targets: the graph takes the rows whose logits it returns; 0: all rows
+        public final List<Integer> cacheLengths; // version 5: each layer's cache length (rings), or empty
 
         Model(Map<String, Object> m, String role) throws Invalid {
             String at = "models." + role;
@@ -66,6 +68,20 @@ public final class BundleManifest {
             acceptanceHeadFeatures = optionalInt(m.get("acceptance_head"), "features", 3, Integer.MAX_VALUE,
                     at + ".acceptance_head.features");
             draftHeadTokens = optionalInt(m.get("draft_head"), "tokens", 1, vocabSize, at + ".draft_head.tokens");
+            Object rows = m.get("max_logit_rows");
+            if (rows != null && (!isInt(rows) || (Long) rows < 1 || (Long) rows > maxTokensPerCall)) throw bad(at + ".max_logit_rows");
+            maxLogitRows = rows == null ? 0 : ((Long) rows).intValue();
+            if (((Long) kv.get(3)).intValue() != maxContext) throw bad(at + ".kv_shape (its length is not max_context)");
+            List<Integer> lengths = new ArrayList<>();
+            Object cl = m.get("cache_lengths");
+            if (cl != null) {
+                if (!(cl instanceof List) || Json.array(cl).size() != ((Long) kv.get(0)).intValue()) throw bad(at + ".cache_lengths");
+                for (Object x : Json.array(cl)) {
+                    if (!isInt(x) || (Long) x < 1 || (Long) x > maxContext) throw bad(at + ".cache_lengths");
+                    lengths.add(((Long) x).intValue());
+                }
+            }
+            cacheLengths = Collections.unmodifiableList(lengths);
         }
     }
 
@@ -149,7 +165,7 @@ public final class BundleManifest {
         if (cache != null && !sizes.containsKey(relative(cache, "ngram_cache"))) throw bad("ngram_cache");
         ngramCache = (String) cache;
         Object context = m.getOrDefault("max_context", (long) target.maxContext);
-        if (!isInt(context)) throw bad("max_context");
+        if (!isInt(context) || (Long) context != target.maxContext) throw bad("max_context (not the target's)");
         maxContext = ((Long) context).intValue();
         pairId = String.valueOf(m.getOrDefault("pair_id", ""));
         Object p = m.get("policy");

@@ -105,8 +105,7 @@ public final class DraftModel implements Proposer {
         if (k > 0 && (offset == 0 || !spelledPrefix.isEmpty())) {
             List<double[]> calls = new ArrayList<>();
             double[] q = draft(context, k, calls);
-            drafted = bridge.propose(draftIds, q, cache, budget);
-            bridge.attachDistributions(drafted, draftProbs);
+            drafted = bridge.propose(draftIds, q, cache, budget); // point masses: its most likely tokens
             drafted.calls.addAll(calls);
         }
         return drafted;
@@ -123,14 +122,10 @@ public final class DraftModel implements Proposer {
         calls.add(new double[] {context.size() - keep, (System.nanoTime() - t0) / 1e9});
         List<Double> qs = new ArrayList<>();
         for (int i = 0; i < k; i++) {
-            int d;
+            // its most likely token, greedy or not: under sampling a point mass, checked against the position's own
+            // draw (Verifier), as the Python runtime's default (sampled drafts are the reference's option only)
+            int d = Sampler.argmax(logits);
             double[] probs = null;
-            if (sampler.greedy()) {
-                d = Sampler.argmax(logits);
-            } else {
-                probs = sampler.probs(logits);
-                d = Sampler.sample(probs, rng);
-            }
             if (!bridge.identity && (d >= bridge.draft.size() || bridge.draft.special[d])) break;
             draftIds.add(d);
             qs.add(probs == null ? 1.0 : probs[d]);

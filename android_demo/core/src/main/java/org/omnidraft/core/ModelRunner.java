@@ -23,9 +23,26 @@ public abstract class ModelRunner {
      */
     public final CallTimes oneToken = new CallTimes(), several = new CallTimes();
 
+    /** The most tokens one call takes (a prefill chunk), and the most rows of logits it returns (0: no limit). */
+    public final int maxTokensPerCall, maxLogitRows;
+
     protected ModelRunner(int vocabSize, int maxContext) {
+        this(vocabSize, maxContext, 0, 0);
+    }
+
+    protected ModelRunner(int vocabSize, int maxContext, int maxTokensPerCall, int maxLogitRows) {
         this.vocabSize = vocabSize;
         this.maxContext = maxContext;
+        this.maxTokensPerCall = maxTokensPerCall;
+        this.maxLogitRows = maxLogitRows;
+    }
+
+    /** The most tokens one call can verify: each needs its row of logits (Integer.MAX_VALUE: no limit). */
+    public int maxVerify() {
+        int limit = Integer.MAX_VALUE;
+        if (maxTokensPerCall > 0) limit = Math.min(limit, maxTokensPerCall);
+        if (maxLogitRows > 0) limit = Math.min(limit, maxLogitRows);
+        return limit;
     }
 
     public int position() {
@@ -40,16 +57,31 @@ public abstract class ModelRunner {
         if (input.isEmpty()) throw new IllegalArgumentException("forward needs at least one token");
         if (start > position) throw new IllegalArgumentException("cache holds " + position + " positions, cannot write at " + start);
         if (start + input.size() > maxContext) throw new IllegalArgumentException("context window of " + maxContext + " exceeded");
-        int rows = Math.max(1, Math.min(nLogits, input.size()));
-        long t0 = System.nanoTime();
-        float[][] logits = run(input, start, rows);
-        double seconds = (System.nanoTime() - t0) / 1e9;
-        if (input.size() == 1) oneToken.add(seconds);
-        else if (rows > 1) several.add(seconds);
-        while (tokens.size() > start) tokens.remove(tokens.size() - 1);
-        tokens.addAll(input);
-        position = start + input.size();
-        return logits;
+        int n = input.size();
+        int rows = Math.max(1, Math.min(nLogits, n));
+        if (maxLogitRows > 0 && rows > maxLogitRows) throw new IllegalArgumentException(rows + " rows of logits asked, a call gives at most " + maxLogitRows);
+        int chunk = maxTokensPerCall > 0 ? maxTokensPerCall : 256;
+        float[][] out = new float[rows][];
+        for (int lo = 0; lo < n; lo += chunk) { // runner.py's forward: long inputs in chunks, the wanted rows from each
+            int hi = Math.min(n, lo + chunk);
+            int want = Math.max(0, hi - (n - rows));
+            long t0 = System.nanoTime();
+            float[][] logits;
+            try {
+                logits = run(input.subList(lo, hi), start + lo, Math.max(want, 1));
+            } catch (RuntimeException e) {
+                rollback(start + lo); // the call may have written some of its slots: never claim them
+                throw e;
+            }
+            double seconds = (System.nanoTime() - t0) / 1e9;
+            if (n == 1) oneToken.add(seconds);
+            else if (rows > 1 && hi == n) several.add(seconds);
+            while (tokens.size() > start + lo) tokens.remove(tokens.size() - 1);
+            tokens.addAll(input.subList(lo, hi));
+            position = start + hi;
+            for (int r = 0; r < want; r++) out[rows - (n - hi) - want + r] = logits[logits.length - want + r];
+        }
+        return out;
     }
 
     public void rollback(int pos) {

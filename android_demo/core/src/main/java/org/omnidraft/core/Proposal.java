@@ -38,6 +38,11 @@ public final class Proposal {
         return q;
     }
 
+    /** Whether some position carries a proposer's distribution (sampled drafts): else every token is a point mass. */
+    public boolean hasDistributions() {
+        return dist != null;
+    }
+
     /** Who proposed token j: FROM_LOOKUP or FROM_DRAFTER. */
     public String source(int j) {
         return kind.get(j).equals(LOOKUP) ? FROM_LOOKUP : FROM_DRAFTER;

@@ -58,12 +58,29 @@ public final class Sampler {
 
     /** One index drawn from p with a uniform from `rng`. */
     public static int sample(double[] p, DoubleSupplier rng) {
+        return draw(p, rng.getAsDouble());
+    }
+
+    /** The index at u in [0, 1) of p's inverse CDF, in index order (sampling.py's Dist.draw). */
+    public static int draw(double[] p, double uniform) {
         double[] c = new double[p.length];
         double acc = 0;
         for (int i = 0; i < p.length; i++) { acc += p[i]; c[i] = acc; }
-        double u = rng.getAsDouble() * c[c.length - 1];
+        double u = uniform * c[c.length - 1];
         int idx = 0;
         while (idx < c.length && c[idx] <= u) idx++; // numpy searchsorted(side="right")
         return Math.min(idx, p.length - 1);
+    }
+
+    /** The uniform number of output position `position` under `seed`: splitmix64 of both (sampling.py). */
+    public static double positionUniform(long seed, long position) {
+        long z = seed * 0x9E3779B97F4A7C15L + position + 1;
+        for (int round = 0; round < 2; round++) {
+            z += 0x9E3779B97F4A7C15L;
+            z = (z ^ (z >>> 30)) * 0xBF58476D1CE4E5B9L;
+            z = (z ^ (z >>> 27)) * 0x94D049BB133111EBL;
+            z ^= z >>> 31;
+        }
+        return (z >>> 11) / (double) (1L << 53);
     }
 }

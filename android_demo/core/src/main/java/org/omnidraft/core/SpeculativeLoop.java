@@ -42,6 +42,12 @@ public final class SpeculativeLoop {
     /** onToken: each emitted target token with its source, as it is accepted (streaming), or null. */
     public Result generate(List<Integer> prompt, int maxNew, Sampler sampler, DoubleSupplier rng, Set<Integer> eosIds,
                            TokenSink onToken) {
+        return generate(prompt, maxNew, sampler, rng, eosIds, onToken, 0);
+    }
+
+    /** seed: under sampling, each output position's token is drawn by Sampler.positionUniform(seed, position). */
+    public Result generate(List<Integer> prompt, int maxNew, Sampler sampler, DoubleSupplier rng, Set<Integer> eosIds,
+                           TokenSink onToken, long seed) {
         if (prompt.isEmpty()) throw new IllegalArgumentException("the prompt is empty");
         if (prompt.size() >= target.maxContext) throw new IllegalArgumentException("the prompt does not fit the context window");
         Result r = new Result();
@@ -50,9 +56,10 @@ public final class SpeculativeLoop {
         if (proposer != null) proposer.begin(seq, sampler, rng);
         try {
             while (target.maxContext - seq.size() >= 0) {
-                int budget = Math.min(target.maxContext - seq.size(), maxNew - r.tokens.size() - 1);
+                int budget = Math.min(Math.min(target.maxContext - seq.size(), maxNew - r.tokens.size() - 1),
+                        target.maxVerify() - 1);
                 Proposal prop = proposer == null ? new Proposal() : proposer.propose(seq, budget, null);
-                List<Integer> committed = round(seq, prop, sampler, rng, r);
+                List<Integer> committed = round(seq, prop, sampler, rng, seed, r);
                 for (int j = 0; j < committed.size(); j++) {
                     int t = committed.get(j);
                     if (eosIds.contains(t)) return r;
@@ -70,14 +77,15 @@ public final class SpeculativeLoop {
     }
 
     /** One round: verify the proposal in one target call, commit, let the proposer learn. */
-    private List<Integer> round(List<Integer> seq, Proposal prop, Sampler sampler, DoubleSupplier rng, Result r) {
+    private List<Integer> round(List<Integer> seq, Proposal prop, Sampler sampler, DoubleSupplier rng, long seed,
+                                Result r) {
         int m = prop.size(), offset = prop.lookupPrefix();
         List<Integer> input = new ArrayList<>(seq.subList(target.position(), seq.size()));
         input.addAll(prop.targetIds);
         long t0 = System.nanoTime();
         float[][] logits = target.forward(input, target.position(), m + 1);
         double seconds = (System.nanoTime() - t0) / 1e9;
-        int[] verdict = Verifier.verify(prop, logits, sampler, rng);
+        int[] verdict = Verifier.verify(prop, logits, sampler, rng, seed, seq.size());
         int n = verdict[0];
         r.targetCalls++;
         r.drafterCalls += prop.calls.size();

@@ -5,14 +5,17 @@ import java.util.function.DoubleSupplier;
 /**
  * Which proposed target tokens the target accepts, and the token it adds (omnidraft/runtime/verify.py).
  * Greedy: accept while the target's argmax agrees, then emit its argmax: the output is the
- * target's own greedy output. Sampling: accept with min(1, p/q'), else sample the residual (for a
- * lookup token, a point mass: accepted with p(t), else drawn from p without t, exactly lossless).
+ * target's own greedy output. Sampling: a point mass (lookup, greedy drafts) is accepted exactly when
+ * it equals the position's own draw (Sampler.positionUniform of seed and position), which is emitted
+ * otherwise, so a seed gives target-only text; a sampled draft is accepted with min(1, p/q'), else the
+ * residual is sampled (drawing from `rng`).
  */
 public final class Verifier {
     private Verifier() {}
 
-    /** {accepted, next token}; targetLogits has one row per proposal plus one. */
-    public static int[] verify(Proposal p, float[][] targetLogits, Sampler sampler, DoubleSupplier rng) {
+    /** {accepted, next token}; targetLogits has one row per proposal plus one, row j at output position start + j. */
+    public static int[] verify(Proposal p, float[][] targetLogits, Sampler sampler, DoubleSupplier rng, long seed,
+                               int start) {
         int m = p.size();
         if (targetLogits.length != m + 1) throw new IllegalArgumentException("need one logits row per proposal plus one");
         if (sampler.greedy()) {
@@ -27,6 +30,11 @@ public final class Verifier {
             double[] probs = sampler.probs(targetLogits[j]);
             int t = p.targetIds.get(j);
             double q = p.q.get(j);
+            if (q == 1.0 && !p.hasDistributions()) { // a point mass: the position's own draw decides
+                int drawn = Sampler.draw(probs, Sampler.positionUniform(seed, start + j));
+                if (drawn == t) continue;
+                return new int[] {j, drawn};
+            }
             if (q > 0 && rng.getAsDouble() < Math.min(1.0, probs[t] / q)) continue;
             double[] qp = p.distribution(j, vocab); // lookup: a point mass, the residual is p without t
             double[] residual = new double[vocab];
@@ -36,6 +44,6 @@ public final class Verifier {
             for (int i = 0; i < vocab; i++) residual[i] /= sum;
             return new int[] {j, Sampler.sample(residual, rng)};
         }
-        return new int[] {m, Sampler.sample(sampler.probs(targetLogits[m]), rng)};
+        return new int[] {m, Sampler.draw(sampler.probs(targetLogits[m]), Sampler.positionUniform(seed, start + m))};
     }
 }

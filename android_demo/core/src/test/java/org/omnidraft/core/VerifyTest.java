@@ -25,17 +25,19 @@ public class VerifyTest {
             float[][] draftLogits = Golden.matrix(c.get("draft_logits"));
             List<double[]> dists = new ArrayList<>();
             double[] q = new double[draft.size()];
+            boolean sampled = Boolean.TRUE.equals(c.get("sampled_drafts"));
             for (int j = 0; j < draft.size(); j++) {
-                double[] d = sampler.greedy() ? null : sampler.probs(draftLogits[j]);
+                double[] d = sampled ? sampler.probs(draftLogits[j]) : null;
                 dists.add(d);
                 q[j] = d == null ? 1.0 : d[draft.get(j)];
             }
             Proposal p = identity.propose(draft, q, null, draft.size());
-            identity.attachDistributions(p, dists);
+            if (sampled) identity.attachDistributions(p, dists);
             List<Object> uniforms = Json.array(c.get("uniforms"));
             int[] used = {0};
             int[] got = Verifier.verify(p, Golden.matrix(c.get("target_logits")), sampler,
-                    () -> ((Number) uniforms.get(used[0]++)).doubleValue());
+                    () -> ((Number) uniforms.get(used[0]++)).doubleValue(), ((Number) c.get("seed")).longValue(),
+                    ((Number) c.get("start")).intValue());
             String what = "case " + n++ + " T=" + c.get("temperature");
             assertEquals(what, Arrays.asList(((Number) c.get("accepted")).intValue(), ((Number) c.get("next")).intValue()),
                     Arrays.asList(got[0], got[1]));
