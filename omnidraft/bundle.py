@@ -11,13 +11,15 @@ A bundle is one folder:
     drafter_train.pte           optional (--with-training): the LoRA training step
     drafter_lora.pte            optional (--with-training): the drafter taking LoRA tensors as inputs
 
-bundle.json, version 4 (versions 1 to 3 still load for decoding: they lack the version-4
-training program, version 2 also custom operators, version 1 also acceptance heads):
+bundle.json, version 5 (versions 1 to 4 still load for decoding: they lack version 5's
+logit rows and rings, version 3 also the version-4 training program, version 2 also custom
+operators, version 1 also acceptance heads):
 
     format            "omnidraft-bundle"
-    version           4
+    version           5
     created           ISO date
-    max_context       target KV cache length (the drafter's is in its own entry)
+    max_context       target KV cache length (the drafter's is in its own entry); must equal
+                      models.target.max_context
     max_draft_len     K: verification graphs take 1..K+1 tokens
     quant             "none" | "8da4w" | "8da8w" (ExecuTorch) | "int8" (ONNX)
     pair_id           drafter and target vocabulary fingerprints
@@ -26,6 +28,15 @@ training program, version 2 also custom operators, version 1 also acceptance hea
         name, vocab_size, max_context, max_tokens_per_call, kv_shape
         [layers, 1, kv_heads, max_context, head_dim], tokenizer (folder),
         tokenizer_fingerprint, graphs {"onnx": file, "executorch": file}
+    models.target.max_logit_rows   (version 5) the target's graphs take a third input,
+                      logit_rows [k] (int64, 1 <= k <= max_logit_rows): the rows of the call
+                      whose logits they return, so a prefill chunk of max_tokens_per_call
+                      (128 by default) pays the 262k-wide output layer once
+    models.target.cache_lengths, sliding_window   (version 5) the ExecuTorch program's cache
+                      length per layer: sliding-window layers keep a ring of sliding_window +
+                      max_tokens_per_call slots, the others the whole context (llama_ops.py); a
+                      rollback deeper than the ring's slack (its length less the window) below
+                      the highest position written must re-read the text (runner.py)
     models.<role>.executorch_ops   (version 3) custom operator libraries the role's ExecuTorch
                       programs need at run time: ["llama"] = ExecuTorch's LLM ops
                       (llama::update_cache, llama::custom_sdpa), "quantized" = ExecuTorch's
@@ -53,9 +64,9 @@ training program, version 2 also custom operators, version 1 also acceptance hea
     files             {relative path: {size, sha256}} for every file above
 
 Graph signature (ONNX): inputs input_ids [1, n] int64, position_ids [1, n] int64,
-past_keys and past_values (kv_shape, float32); outputs logits [1, n, vocab],
-present_keys, present_values (kv_shape). ExecuTorch: inputs input_ids [1, n] and
-position_ids [1, n]; the KV cache is a mutable buffer inside the program (with
+past_keys and past_values (kv_shape, float32)[, logit_rows [k] for a version-5 target];
+outputs logits [1, n or k, vocab], present_keys, present_values (kv_shape). ExecuTorch: inputs
+input_ids [1, n] and position_ids [1, n][, logit_rows [k] for a version-5 target]; the KV cache is a mutable buffer inside the program (with
 executorch_ops ["llama"], written in place by llama::update_cache; a target's graph
 computes each row of a k-token call exactly as a one-token call would, bit for bit,
 a drafter's reads it with llama::custom_sdpa; omnidraft/export/llama_ops.py);
@@ -85,8 +96,10 @@ and returns logits [, head_features, accept_prob] (the head parts in version 2).
 
 Loading checks everything: format and version, every field's type and range (paths
 relative and inside the bundle), every file's presence, size and hash, tokenizer
-identity and vocabulary sizes, and the requested draft length against
-max_draft_len. Any failure is one clear OmniDraftError.
+identity and vocabulary sizes, the requested draft length against max_draft_len, and,
+when a runner opens a graph, the manifest's numbers against the graph itself (its inputs'
+and output's largest shapes, its KV cache, and for ExecuTorch a one-token call at the
+last position of the context it claims). Any failure is one clear OmniDraftError.
 """
 
 from __future__ import annotations
@@ -100,8 +113,8 @@ from pathlib import Path
 from .errors import OmniDraftError
 
 FORMAT = "omnidraft-bundle"
-VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 EXECUTORCH_OPS = ("llama", "quantized")
 QUANTS = ("none", "8da4w", "8da8w", "int8")
 EMBEDDING_QUANTS = ("none", "int8", "int4")
@@ -150,6 +163,9 @@ class ModelEntry:
     executorch_ops: list[str] = field(default_factory=list)
     acceptance_head: dict | None = None
     draft_head: dict | None = None
+    max_logit_rows: int | None = None
+    cache_lengths: list[int] | None = None
+    sliding_window: int | None = None
 
     @classmethod
     def parse(cls, m, role: str) -> ModelEntry:
@@ -175,8 +191,20 @@ class ModelEntry:
         draft_head = m.get("draft_head")
         _need(draft_head is None or (isinstance(draft_head, dict) and isinstance(draft_head.get("tokens"), int)
                                      and 1 <= draft_head["tokens"] <= m["vocab_size"]), f"models.{role}.draft_head.tokens")
+        rows = m.get("max_logit_rows")
+        _need(rows is None or (_positive(rows, f"models.{role}.max_logit_rows") <= m["max_tokens_per_call"]),
+              f"models.{role}.max_logit_rows")
+        lengths = m.get("cache_lengths")
+        _need(lengths is None or (isinstance(lengths, list) and len(lengths) == kv[0] and all(
+            isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= m["max_context"] for x in lengths)),
+            f"models.{role}.cache_lengths")
+        window = m.get("sliding_window")
+        _need((window is None) == (lengths is None) and (window is None or (
+            _positive(window, f"models.{role}.sliding_window") < min(lengths))), f"models.{role}.sliding_window")
+        _need(kv[3] == m["max_context"], f"models.{role}.kv_shape (its length is not max_context)")
         return cls(m["name"], m["vocab_size"], m["max_context"], m["max_tokens_per_call"], kv, m["tokenizer"],
-                   m["tokenizer_fingerprint"], graphs, m.get("quant", "none"), ops, head, draft_head)
+                   m["tokenizer_fingerprint"], graphs, m.get("quant", "none"), ops, head, draft_head, rows, lengths,
+                   window)
 
     def to_dict(self) -> dict:
         """The JSON object (optional parts only when present); also what runners read (`meta`)."""
@@ -247,7 +275,9 @@ class Manifest:
         policy = manifest.get("policy")
         if policy is not None:
             check_policy(policy)
-        return cls(manifest.get("max_context", entries["target"].max_context), manifest["max_draft_len"],
+        top = manifest.get("max_context", entries["target"].max_context)
+        _need(top == entries["target"].max_context, "max_context (not the target's)")
+        return cls(top, manifest["max_draft_len"],
                    manifest.get("quant", "none"), str(manifest.get("pair_id", "")), entries, files,
                    manifest.get("versions", {}), manifest.get("embedding_quant", "none"), manifest.get("eos_ids", []),
                    manifest.get("chat_eos_ids", []), cache, training or None, str(manifest.get("created", "")),

@@ -84,7 +84,7 @@ def add_model_options(p, backends=tuple(Backend), eager_models: bool = True) -> 
         p.add_argument("--drafter", help="drafter checkpoint folder, small (the shipped small drafter) or "
                        "smollm2-135m-instruct (default: small with the default target, SmolLM2-135M-Instruct with "
                        "any other)")
-        p.add_argument("--max-context", type=positive_int, default=512, help="target KV cache length (eager)")
+        p.add_argument("--max-context", type=positive_int, default=4096, help="target KV cache length (eager)")
     if len(backends) > 1:
         p.add_argument("--backend", choices=backends, default=backends[0])
     p.add_argument("--bundle", type=Path, required=not eager_models,
@@ -184,7 +184,7 @@ def pair_options(args, speculative: bool = True, adapt: bool = False, **override
     fields = dict(
         target=getattr(args, "target", None), drafter=getattr(args, "drafter", None),
         backend=getattr(args, "backend", Backend.EAGER), bundle=args.bundle, threads=args.threads,
-        max_context=getattr(args, "max_context", 512), speculative=speculative, proposer=args.proposer,
+        max_context=getattr(args, "max_context", 4096), speculative=speculative, proposer=args.proposer,
         use_ngram_cache=not args.no_ngram_cache, use_history=not args.no_history,
         history_tokens=args.history_tokens, draft_len=args.draft_len, max_draft_len=args.max_draft_len,
         gamma=args.gamma, predictor=PredictorConfig(schedule=args.predictor_updates),

@@ -46,7 +46,7 @@ class PairOptions:
     backend: Backend = Backend.EAGER
     bundle: Path | None = None  # exported bundle (executorch and onnxruntime backends)
     threads: int | None = None
-    max_context: int = 512  # eager target's KV cache (the drafter gets twice as much)
+    max_context: int = 4096  # eager target's KV cache (the drafter gets twice as much)
     speculative: bool = True  # False: the target alone, through the same loop (the baseline)
     proposer: ProposerKind = ProposerKind.DRAFTER  # the CLI's default is the hybrid (lookup and the drafter)
     use_ngram_cache: bool = True

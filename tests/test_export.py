@@ -41,7 +41,10 @@ def test_bundle_manifest(bundle_dir):
     b = load_bundle(bundle_dir)
     assert b.manifest == Manifest.parse(m) and b.manifest.to_dict() == m  # one typed record, written and read
     assert b.model("drafter").acceptance_head["features"] == 64 + 2 and b.model("target").executorch_ops == ["llama"]
-    assert m["format"] == "omnidraft-bundle" and m["version"] == 4
+    assert m["format"] == "omnidraft-bundle" and m["version"] == 5
+    target = m["models"]["target"]  # version 5: a prefill chunk a call, logits of the rows asked for, a ring
+    assert target["max_tokens_per_call"] == 16 and target["max_logit_rows"] == 16
+    assert target["cache_lengths"] == [8 + 16, 64] and "cache_lengths" not in m["models"]["drafter"]
     assert all(m["models"][r]["executorch_ops"] == ["llama"] for r in ("target", "drafter"))  # the lean graphs
     assert m["models"]["drafter"]["acceptance_head"]["features"] == 64 + 2  # tiny hidden size + confidence
     assert "acceptance_head" not in m["models"]["target"]
@@ -84,9 +87,10 @@ def test_logits_match_eager(bundle_dir, tiny_checkpoints, backend, role):
     if role == "drafter":  # the graph's acceptance head, fed the same (random) weights as eager's
         runner.head.weight[:] = rng.normal(size=runner.head.n_features) * 0.2
         eager.head = runner.head
-    ids = rng.integers(5, 40000, size=40)
+    ids = rng.integers(5, 40000, size=64)
     k_max = MAX_DRAFT + 1
-    steps = [(ids[:20], 0), (ids[20:21], 20), (ids[21:25], 21), (ids[25 : 25 + k_max], 25)]
+    steps = [(ids[:20], 0), (ids[20:21], 20), (ids[21:25], 21), (ids[25 : 25 + k_max], 25),
+             (ids[30:55], 30)]  # past two turns of the target's ring of 8 + 16 slots
     for tokens, start in steps:  # prefill (chunked), k=1, k=4, k=max
         assert_close(runner.forward(tokens, start, len(tokens)), eager.forward(tokens, start, len(tokens)))
         if role == "drafter":
@@ -94,22 +98,45 @@ def test_logits_match_eager(bundle_dir, tiny_checkpoints, backend, role):
             np.testing.assert_allclose(f_graph, f_eager, atol=1e-4)
             assert abs(p_graph - p_eager) < 1e-4 and abs(p_graph - float(runner.head.prob(f_graph))) < 1e-5
     for r in (runner, eager):
-        r.rollback(22)  # reject the draft past position 22
-    assert_close(runner.forward(ids[30:34], 22, 4), eager.forward(ids[30:34], 22, 4))
+        r.rollback(52)  # reject the draft past position 52
+    assert_close(runner.forward(ids[56:60], 52, 4), eager.forward(ids[56:60], 52, 4))
 
 
 def test_target_graph_verifies_bit_for_bit(bundle_dir):
     """The ExecuTorch target graph's k-token call equals k one-token calls exactly (llama_ops.py).
 
-    Past the tiny target's 8-token window, so its sliding layers' masks are exercised too.
+    Past the tiny target's 8-token window and across the wrap of its sliding layers' ring (8 + 16 slots), so
+    their masks are exercised too; the prefill chunk asks for one row of logits (the logit_rows input).
     """
     runner = open_runner(load_bundle(bundle_dir), "target", "executorch", threads=1)
-    ids = np.random.default_rng(1).integers(5, 40000, size=40)
+    ids = np.random.default_rng(1).integers(5, 40000, size=60)
     k = MAX_DRAFT + 1
-    runner.forward(ids[:24], 0, 24)
-    several = runner.forward(ids[24:24 + k], 24, k)
-    one_by_one = np.concatenate([runner.forward(ids[24 + i:25 + i], 24 + i, 1) for i in range(k)])
-    np.testing.assert_array_equal(several, one_by_one)
+    for start in (24, 45):  # the second verification writes slots 21, 22, 23, 0, 1
+        runner.rollback(0)
+        runner.forward(ids[:start], 0, 1)
+        several = runner.forward(ids[start:start + k], start, k)
+        one_by_one = np.concatenate([runner.forward(ids[start + i:start + i + 1], start + i, 1) for i in range(k)])
+        np.testing.assert_array_equal(several, one_by_one)
+
+
+def test_a_rollback_deeper_than_the_ring_reads_the_text_again(bundle_dir):
+    """The target's ring (8 + 16 slots) drops states 24 positions back: a rollback of at most 16 below the highest
+    position written keeps the cache, a deeper one (a new prompt sharing only the old text's start) forgets it,
+    and the prefill that follows reads the text afresh: the same logits as a fresh runner."""
+    from omnidraft.runtime.runner import prefill
+
+    b = load_bundle(bundle_dir)
+    runner, fresh = (open_runner(b, "target", "executorch", threads=1) for _ in range(2))
+    ids = [int(t) for t in np.random.default_rng(2).integers(5, 40000, size=60)]
+    runner.forward(ids[:50], 0, 1)
+    runner.rollback(34)  # 15 below the highest position written: kept
+    assert runner.position == 34
+    runner.forward(ids[34:50], 34, 1)
+    runner.rollback(20)  # 29 below: the rings no longer hold what position 20 needs
+    assert runner.position == 0
+    seq = ids[:20] + ids[40:45]
+    assert prefill(runner, seq) == 0 and runner.position == len(seq) - 1
+    assert_close(runner.forward(seq[-1:], len(seq) - 1, 1), fresh.forward(seq, 0, 1))
 
 
 def assert_close(got, want):
@@ -195,6 +222,34 @@ def _flip_byte(path):
 def test_damaged_bundle_is_refused(bundle_dir, tmp_path, damage, needle):
     with pytest.raises(OmniDraftError, match=needle):
         build_bundle_pair(damaged_copy(bundle_dir, tmp_path, damage), "onnxruntime")
+
+
+def _set_target(**fields):
+    """bundle.json's target entry given other values, its kv_shape kept in step with max_context."""
+    def edit(m):
+        m["models"]["target"].update(fields)
+        if "max_context" in fields:
+            m["models"]["target"]["kv_shape"][3] = fields["max_context"]
+            m["max_context"] = fields["max_context"]
+    return edit_manifest(edit)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("damage, needle", [
+    (_set_target(vocab_size=1000), "gives the target vocab_size 1000, but its"),
+    (_set_target(max_context=100_000), "context of 100000 positions, more than its program|gives the target kv_shape"),
+    (edit_manifest(lambda m: m.update(max_context=10**9)), "max_context \\(not the target's\\)"),
+    (edit_manifest(lambda m: m.update(max_context=-1)), "max_context \\(not the target's\\)"),
+    (_set_target(max_tokens_per_call=64), "gives the target max_tokens_per_call 64, but its"),
+])
+def test_bundle_json_values_are_checked_against_the_graphs(bundle_dir, tmp_path, backend, damage, needle):
+    """Issue 51, defect 14: numbers in bundle.json that the graphs do not hold are refused when the bundle loads,
+    one line each, never a failure mid-generation (an ONNX graph takes any number of tokens a call)."""
+    if backend == "onnxruntime" and "max_tokens_per_call" in needle:
+        return
+    with pytest.raises(OmniDraftError, match=needle) as e:
+        build_bundle_pair(damaged_copy(bundle_dir, tmp_path, damage), backend)
+    assert "\n" not in str(e.value)
 
 
 def test_bundle_of_another_tokenizer_is_refused(bundle_dir, tmp_path, drafter_path):

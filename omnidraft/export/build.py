@@ -57,10 +57,11 @@ class ExportOptions:
     drafter_quant: str | None = None  # None: 8da4w with an 8da8w target (the fastest pair measured), else `quant`
     embedding_quant: str = "none"
     draft_head: bool = False
-    max_context: int = 512
+    max_context: int = 4096
     max_draft_len: int = 8
     drafter_context: int | None = None  # None: twice max_context
     chunk: int = 16
+    prefill_chunk: int = 128  # the target's graphs take this many tokens a call (logits of at most `chunk` rows)
     with_training: bool = False
     train_window: int | None = None
     train_batch: int | None = None
@@ -79,9 +80,16 @@ class ExportOptions:
         return {"target": self.quant, "drafter": drafter}
 
     @property
-    def tokens_per_call(self) -> int:
-        """One graph per model: verification needs K + 1 tokens, prefill and resync use chunks."""
+    def logit_rows(self) -> int:
+        """Rows of logits a call returns at most: verification needs K + 1."""
         return max(self.max_draft_len + 1, self.chunk)
+
+    def tokens_per_call(self, role: str) -> int:
+        """One graph per model: the target's reads a prefill chunk per call (the logits of `logit_rows` rows at
+        most: the rows a call asks for), the drafter's verification-sized chunks (prefill and resync)."""
+        if role == "target":
+            return min(max(self.prefill_chunk, self.logit_rows), self.max_context)
+        return self.logit_rows
 
     def contexts(self) -> dict[str, int]:
         return {"target": self.max_context, "drafter": self.drafter_context or 2 * self.max_context}
@@ -96,6 +104,8 @@ class ExportOptions:
             raise OmniDraftError("--embedding-quant applies to ExecuTorch programs: use --format executorch or both")
         if self.max_draft_len < 1:
             raise OmniDraftError("max draft length must be at least 1")
+        if self.prefill_chunk < 1:
+            raise OmniDraftError("the prefill chunk must be at least 1 token")
         if self.max_context < self.max_draft_len + 2:
             raise OmniDraftError("max context must exceed the max draft length + 1")
         if self.with_training and "executorch" not in self.formats:
@@ -152,22 +162,25 @@ def _export_model(role: str, path: Path, tmp: Path, vocab: Vocab, o: ExportOptio
         model = load_model(path)
         draft_tokens = apply_draft_head(model, path) if role == "drafter" and o.draft_head else None
     context, quant = o.contexts()[role], o.quants[role]
+    rows = o.logit_rows if role == "target" else None
     graphs, meta = {}, None
     for fmt in sorted(o.formats, key=lambda f: f != "onnx"):  # ExecuTorch last: its export changes the model
         if fmt == "onnx":
             from .onnx_export import export_onnx
 
-            meta = export_onnx(model, tmp / f"{role}.onnx", context, o.tokens_per_call, quant, head=role == "drafter")
+            meta = export_onnx(model, tmp / f"{role}.onnx", context, o.tokens_per_call(role), quant,
+                               head=role == "drafter", max_logit_rows=rows)
             graphs["onnx"] = f"{role}.onnx"
         else:
             from .executorch_export import export_executorch
 
-            meta = export_executorch(model, tmp / f"{role}.pte", context, o.tokens_per_call, quant,
+            meta = export_executorch(model, tmp / f"{role}.pte", context, o.tokens_per_call(role), quant,
                                      head=role == "drafter", exact_rows=role == "target",
-                                     embedding_quant=o.embedding_quant)
+                                     embedding_quant=o.embedding_quant, max_logit_rows=rows)
             graphs["executorch"] = f"{role}.pte"
     return ModelEntry(
-        name=path.name, vocab_size=meta["vocab_size"], max_context=context, max_tokens_per_call=o.tokens_per_call,
+        name=path.name, vocab_size=meta["vocab_size"], max_context=context, max_tokens_per_call=o.tokens_per_call(role),
+        max_logit_rows=rows, cache_lengths=meta.get("cache_lengths"), sliding_window=meta.get("sliding_window"),
         kv_shape=meta["kv_shape"], tokenizer=f"tokenizers/{role}", tokenizer_fingerprint=vocab.fingerprint,
         graphs=graphs, quant=quant,
         executorch_ops=meta.get("executorch_ops", []),  # meta: the ExecuTorch export's, when there is one
@@ -188,7 +201,7 @@ def _export_training(model, path: Path, tmp: Path, vocabs, graphs: dict, context
                             o.train_kernels)
     if o.draft_head:  # after: training keeps the full head; drafter_lora.pte drafts like drafter.pte
         apply_draft_head(model, path)
-    meta = export_lora_drafter(model, tmp / "drafter_lora.pte", context, o.tokens_per_call)
+    meta = export_lora_drafter(model, tmp / "drafter_lora.pte", context, o.tokens_per_call("drafter"))
     graphs["executorch_train"] = "drafter_train.pte"
     graphs["executorch_lora"] = "drafter_lora.pte"
     return {**train, "lora": lora.to_dict(), "lora_inputs": meta["lora_inputs"]}

@@ -40,7 +40,8 @@ def quantize_linears(model, quant: str, group_size: int = 32) -> None:
 
 
 def export_executorch(model, path: Path, max_context: int, max_tokens: int, quant: str = "none",
-                      head: bool = False, exact_rows: bool = True, embedding_quant: str = "none") -> dict:
+                      head: bool = False, exact_rows: bool = True, embedding_quant: str = "none",
+                      max_logit_rows: int | None = None) -> dict:
     """Write `path` (.pte); with `head`, the graph also computes the acceptance head (kv_wrapper.py).
 
     The KV cache is written in place by ExecuTorch's LLM custom ops (llama_ops.py), so the
@@ -48,7 +49,8 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
     target's graph) makes a k-token call equal k one-token calls bit for bit; without it
     (drafters) attention is ExecuTorch's custom SDPA, faster on long caches. A program with
     `embedding_quant` int8 or int4 also needs ExecuTorch's quantized kernels (["quantized"],
-    quant_embedding.py).
+    quant_embedding.py). `max_logit_rows` (targets): the graph takes the rows whose logits it
+    returns as a third input, at most that many (a prefill chunk of max_tokens asks for one).
     """
     path = Path(path)
     model.config._attn_implementation = "sdpa"
@@ -62,16 +64,20 @@ def export_executorch(model, path: Path, max_context: int, max_tokens: int, quan
             quantize_linears(model, quant)
     elif quant != "none":
         raise ValueError(f"unknown ExecuTorch quantization {quant!r}")
-    n = min(2, max_tokens)
+    n = min(3, max_tokens)
     example = (torch.ones((1, n), dtype=torch.long), torch.arange(n).unsqueeze(0))
     seq = torch.export.Dim("seq", min=1, max=max_tokens)
-    dynamic = {"input_ids": {1: seq}, "position_ids": {1: seq}}
+    extra = []  # the dynamic shapes of the inputs after the positions (the wrapper's *extra)
+    if max_logit_rows is not None:
+        example += (torch.arange(n - min(2, max_logit_rows), n),)
+        extra.append({0: torch.export.Dim("rows", min=1, max=max_logit_rows)})
     if head:
         example += head_example(model)  # an eager call: before the wrapper switches the model's attention
-        dynamic.update(dict.fromkeys(HEAD_INPUTS))
-    wrapper = BufferKVModel(model.eval(), max_context, exact_rows).eval()
-    lower_to_xnnpack(wrapper, example, dynamic, path, strict=True)
-    return {**runner_meta(model, max_context, max_tokens, head), "quant": quant, "executorch_ops": ops}
+        extra += [None] * len(HEAD_INPUTS)
+    wrapper = BufferKVModel(model.eval(), max_context, exact_rows, max_tokens, max_logit_rows is not None).eval()
+    lower_to_xnnpack(wrapper, example, ({1: seq}, {1: seq}, *([tuple(extra)] if extra else [])), path, strict=True)
+    return {**runner_meta(model, max_context, max_tokens, head, max_logit_rows, wrapper.lengths), "quant": quant,
+            "executorch_ops": ops}
 
 
 def lower_to_xnnpack(wrapper, example: tuple, dynamic_shapes, path: Path, strict: bool) -> None:

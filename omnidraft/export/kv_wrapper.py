@@ -77,53 +77,78 @@ class StaticKVModel(torch.nn.Module):
         self.model = model
         self.max_context = max_context
 
-    def forward(self, input_ids, position_ids, past_keys, past_values, head_weight=None, head_bias=None):
+    def forward(self, input_ids, position_ids, past_keys, past_values, head_weight=None, head_bias=None,
+                logit_rows=None):
         n = past_keys.shape[0]
         keys = [past_keys[i].clone() for i in range(n)]
         values = [past_values[i].clone() for i in range(n)]
         cache = _static_cache(keys, values, position_ids[0, 0], self.max_context)
-        logits, *head = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias)
+        rows = {} if logit_rows is None else {"logits_to_keep": logit_rows}
+        logits, *head = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias, **rows)
         return (logits, torch.stack(keys), torch.stack(values), *head)
+
+
+class StaticKVRowsModel(StaticKVModel):
+    """StaticKVModel taking, after the cache, the rows whose logits it returns (ONNX targets)."""
+
+    def forward(self, input_ids, position_ids, past_keys, past_values, logit_rows):
+        return super().forward(input_ids, position_ids, past_keys, past_values, logit_rows=logit_rows)
 
 
 class BufferKVModel(torch.nn.Module):
     """KV cache as mutable buffers inside the program (ExecuTorch), written in place (llama_ops.py).
 
     `exact_rows` (targets): attention whose rows do not depend on how many tokens a call
-    carries, so a verification equals one-token calls bit for bit; otherwise (drafters)
-    ExecuTorch's custom SDPA, which reads only the positions written so far.
+    carries, so a verification equals one-token calls bit for bit, with a ring of
+    window + max_tokens slots for sliding-window layers; otherwise (drafters) ExecuTorch's
+    custom SDPA, which reads only the positions written so far. With `logit_rows` (targets)
+    the graph takes a third input, the rows of the call whose logits it returns
+    ([k] int64, 1 <= k <= its maximum): a long prefill chunk computes one row of the
+    262k-wide output layer, not all of them.
     """
 
-    def __init__(self, model, max_context: int, exact_rows: bool):
+    def __init__(self, model, max_context: int, exact_rows: bool, max_tokens: int = 16, logit_rows: bool = False):
         super().__init__()
         self.model = model
         self.max_context = max_context
-        layers, _, heads, length, dim = kv_shape(model.config, max_context)
-        shape = llama_ops.cache_shape(exact_rows, heads, length, dim)
-        for i in range(layers):
+        layers, _, heads, _, dim = kv_shape(model.config, max_context)
+        self.lengths = llama_ops.cache_lengths(model.config, max_context, max_tokens, exact_rows)
+        for i, length in enumerate(self.lengths):
+            shape = llama_ops.cache_shape(exact_rows, heads, length, dim)
             self.register_buffer(f"k_cache_{i}", torch.zeros(shape), persistent=False)
             self.register_buffer(f"v_cache_{i}", torch.zeros(shape), persistent=False)
         self.n_layers = layers
         self.exact_rows = exact_rows
+        self.logit_rows = logit_rows
         self.window = getattr(model.config.get_text_config(), "sliding_window", None)
+        self.ring = llama_ops.ring_slots(model.config, max_context, max_tokens) if exact_rows else None
+        if self.ring == max_context:
+            self.ring = None  # the context fits the ring: every layer keeps it whole
         model.config._attn_implementation = llama_ops.register(exact_rows)
 
-    def forward(self, input_ids, position_ids, head_weight=None, head_bias=None):
+    def forward(self, input_ids, position_ids, *extra):
+        logit_rows = extra[0] if self.logit_rows else None
+        rest = extra[1:] if self.logit_rows else extra
+        head_weight, head_bias = rest if rest else (None, None)
         keys = [getattr(self, f"k_cache_{i}") for i in range(self.n_layers)]
         values = [getattr(self, f"v_cache_{i}") for i in range(self.n_layers)]
+        n = input_ids.shape[1]
         start = position_ids[0, 0].item()
         torch._check_is_size(start)
-        torch._check(start + input_ids.shape[1] <= self.max_context)
-        cache = llama_ops.in_place_cache(keys, values, start, self.exact_rows)
+        torch._check(start + n <= self.max_context)
+        cache = llama_ops.in_place_cache(keys, values, start, self.exact_rows, n)
         if self.exact_rows:
-            attention = {"row_masks": llama_ops.row_masks(start, input_ids.shape[1], self.max_context, self.window)}
+            attention = {"row_masks": llama_ops.row_masks(start, n, self.max_context, self.window, self.ring)}
         else:
             attention = {"cache_start": start}
+        if logit_rows is not None:
+            attention["logits_to_keep"] = logit_rows
         out = _decode(self.model, input_ids, position_ids, cache, head_weight, head_bias, **attention)
         return out if head_weight is not None else out[0]
 
 
-def runner_meta(model, max_context: int, max_tokens: int, head: bool = False) -> dict:
+def runner_meta(model, max_context: int, max_tokens: int, head: bool = False, max_logit_rows: int | None = None,
+                cache_lengths: list[int] | None = None) -> dict:
     """What a runner needs to know about a decoding graph (bundle.json, per model)."""
     meta = {
         "kv_shape": list(kv_shape(model.config, max_context)),
@@ -131,6 +156,11 @@ def runner_meta(model, max_context: int, max_tokens: int, head: bool = False) ->
         "max_context": max_context,
         "max_tokens_per_call": max_tokens,
     }
+    if max_logit_rows is not None:
+        meta["max_logit_rows"] = max_logit_rows
+    if cache_lengths is not None and min(cache_lengths) < max_context:
+        meta["cache_lengths"] = list(cache_lengths)
+        meta["sliding_window"] = int(model.config.get_text_config().sliding_window)
     if head:
         meta["acceptance_head"] = {"features": n_features(model.config), "inputs": HEAD_INPUTS,
                                    "outputs": HEAD_OUTPUTS}

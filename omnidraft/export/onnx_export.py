@@ -13,19 +13,21 @@ from pathlib import Path
 import torch
 
 from ..progress import stage
-from .kv_wrapper import HEAD_INPUTS, HEAD_OUTPUTS, StaticKVModel, head_example, kv_shape, runner_meta
+from .kv_wrapper import HEAD_INPUTS, HEAD_OUTPUTS, StaticKVModel, StaticKVRowsModel, head_example, kv_shape, runner_meta
 
 INPUTS = ["input_ids", "position_ids", "past_keys", "past_values"]
 OUTPUTS = ["logits", "present_keys", "present_values"]
 
 
-def export_onnx(model, path: Path, max_context: int, max_tokens: int, quant: str = "none", head: bool = False) -> dict:
-    """Write `path` (.onnx) and return its metadata; with `head`, the acceptance head too (kv_wrapper.py)."""
+def export_onnx(model, path: Path, max_context: int, max_tokens: int, quant: str = "none", head: bool = False,
+                max_logit_rows: int | None = None) -> dict:
+    """Write `path` (.onnx) and return its metadata; with `head`, the acceptance head too (kv_wrapper.py);
+    with `max_logit_rows` (targets), a last input `logit_rows` [k]: the rows whose logits the graph returns."""
     path = Path(path)
     model.config._attn_implementation = "sdpa"
-    wrapper = StaticKVModel(model.eval(), max_context).eval()
+    wrapper = (StaticKVModel if max_logit_rows is None else StaticKVRowsModel)(model.eval(), max_context).eval()
     shape = kv_shape(model.config, max_context)
-    n = min(2, max_tokens)
+    n = min(3, max_tokens)
     args = (
         torch.ones((1, n), dtype=torch.long),
         torch.arange(n).unsqueeze(0),
@@ -35,6 +37,10 @@ def export_onnx(model, path: Path, max_context: int, max_tokens: int, quant: str
     seq = torch.export.Dim("seq", min=1, max=max_tokens)
     dynamic = {"input_ids": {1: seq}, "position_ids": {1: seq}, "past_keys": None, "past_values": None}
     inputs, outputs = INPUTS, OUTPUTS
+    if max_logit_rows is not None:
+        args += (torch.arange(n - min(2, max_logit_rows), n),)
+        dynamic["logit_rows"] = {0: torch.export.Dim("rows", min=1, max=max_logit_rows)}
+        inputs = INPUTS + ["logit_rows"]
     if head:
         args += head_example(model)
         dynamic.update(dict.fromkeys(HEAD_INPUTS))
@@ -43,7 +49,8 @@ def export_onnx(model, path: Path, max_context: int, max_tokens: int, quant: str
     with stage(f"onnx: exporting {path.name}"), warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            wrapper, args, str(fp32), dynamo=True, dynamic_shapes=dynamic, input_names=inputs,
+            wrapper, args, str(fp32), dynamo=True, dynamic_shapes=dynamic,
+            input_names=inputs,
             output_names=outputs, external_data=False, optimize=True, verbose=False,
         )
     if quant == "int8":
@@ -52,7 +59,7 @@ def export_onnx(model, path: Path, max_context: int, max_tokens: int, quant: str
         fp32.unlink()
     elif quant != "none":
         raise ValueError(f"unknown ONNX quantization {quant!r}")
-    return {**runner_meta(model, max_context, max_tokens, head), "quant": quant}
+    return {**runner_meta(model, max_context, max_tokens, head, max_logit_rows), "quant": quant}
 
 
 def quantize_int8_weights(src: Path, dst: Path, block_size: int = 32) -> None:

@@ -9,6 +9,12 @@ ever does two things with it:
 A static cache makes rollback free: the next forward simply overwrites the
 stale slots, and the causal mask never lets a query see past itself.
 
+A graph whose sliding-window layers keep a ring of R = window + slack slots (bundle.json's
+cache_lengths and sliding_window) has dropped, for every position it wrote, the positions R
+back: a rollback of at most `slack` positions below the highest one written keeps all a
+later query needs, a deeper one (a new prompt sharing only the start of the old text) does
+not, so the runner then forgets everything and the next prefill reads the text afresh.
+
 A drafter runner may carry an acceptance head (runtime/acceptance.py): then every
 forward also leaves `head_output` = (features, P(accept)) of its last position,
 computed inside the same call (eager) or the same graph (exported).
@@ -37,10 +43,14 @@ class ModelRunner(ABC):
     name: str = "runner"
     backend: str = "?"
 
-    def __init__(self, vocab_size: int, max_context: int, max_tokens_per_call: int | None = None, head=None):
+    def __init__(self, vocab_size: int, max_context: int, max_tokens_per_call: int | None = None, head=None,
+                 max_logit_rows: int | None = None, ring_slack: int | None = None):
         self.vocab_size = vocab_size
         self.max_context = max_context
+        self.ring_slack = ring_slack  # the deepest safe rollback below the highest position written (None: any)
+        self.written = 0  # one past the highest position written since the cache was last whole
         self.max_tokens_per_call = max_tokens_per_call  # None: any length (long prompts are still chunked)
+        self.max_logit_rows = max_logit_rows  # None: a call returns the logits of as many rows as it is asked
         self.position = 0
         self.tokens: list[int] = []  # what the cache holds: tokens[i] sits at position i
         self.calls = 0
@@ -65,6 +75,8 @@ class ModelRunner(ABC):
         n = len(tokens)
         if n == 0:
             raise ValueError("forward needs at least one token")
+        if start < self.position:
+            self.rollback(start)  # writing over cached positions forgets them (and, past a ring's slack, all)
         if start > self.position:
             raise ValueError(f"cache holds {self.position} positions, cannot write at {start}")
         if start + n > self.max_context:
@@ -74,9 +86,12 @@ class ModelRunner(ABC):
         n_logits = min(max(1, n_logits), n)
         chunk = self.max_tokens_per_call or 256
         outputs = []
-        for lo in range(0, n, chunk):
+        lo = 0
+        while lo < n:
             hi = min(n, lo + chunk)
-            want = max(0, hi - (n - n_logits))  # how many of this chunk's rows are wanted
+            want = max(0, hi - max(lo, n - n_logits))  # how many of this chunk's rows are wanted
+            if self.max_logit_rows and want > self.max_logit_rows:  # a call returns at most that many rows
+                hi, want = hi - (want - self.max_logit_rows), self.max_logit_rows
             try:
                 logits, head = self._forward(tokens[lo:hi], start + lo, max(want, 1))
             except BaseException:
@@ -90,18 +105,38 @@ class ModelRunner(ABC):
             del self.tokens[start + lo :]
             self.tokens.extend(int(t) for t in tokens[lo:hi])
             self.position = start + hi
+            self.written = max(self.written, self.position)
             if want:
                 outputs.append(logits[-want:])
+            lo = hi
         return np.concatenate(outputs) if len(outputs) > 1 else outputs[0]
 
+    @property
+    def max_verify(self) -> int | None:
+        """The most tokens one call can verify: each needs its row of logits (None: no limit)."""
+        limits = [x for x in (self.max_tokens_per_call, self.max_logit_rows) if x]
+        return min(limits) if limits else None
+
     def rollback(self, position: int) -> None:
-        """Keep only the first `position` cached positions."""
-        self.position = max(0, min(self.position, position))
+        """Keep only the first `position` cached positions (all of them gone when a ring cannot go back that far)."""
+        position = max(0, min(self.position, position))
+        if self.ring_slack is not None and self.written - 1 - position > self.ring_slack:
+            position = 0  # the rings dropped states the positions after `position` need: read it all again
+        if position == 0:
+            self.written = 0
+        self.position = position
         del self.tokens[self.position :]
 
     def reset(self) -> None:
         self.position = 0
+        self.written = 0
         self.tokens.clear()
+
+    @staticmethod
+    def slack(meta: dict) -> int | None:
+        """A bundle graph's ring slack: its ring length less its window (None: no ring)."""
+        lengths, window = meta.get("cache_lengths"), meta.get("sliding_window")
+        return min(lengths) - window if lengths and window else None
 
     @abstractmethod
     def _forward(self, tokens: np.ndarray, start: int, n_logits: int) -> Step:
@@ -120,10 +155,10 @@ def common_prefix(runner: ModelRunner, seq: list[int]) -> int:
 
 
 def reuse(runner: ModelRunner, seq: list[int]) -> int:
-    """Keep what the runner's cache already holds of seq[:-1] (a chat's earlier turns), forget the rest."""
-    keep = common_prefix(runner, seq)
-    runner.rollback(keep)
-    return keep
+    """Keep what the runner's cache already holds of seq[:-1] (a chat's earlier turns), forget the rest; how much
+    it keeps (0 when its rings cannot go back that far)."""
+    runner.rollback(common_prefix(runner, seq))
+    return runner.position
 
 
 def prefill(runner: ModelRunner, seq: list[int]) -> int:

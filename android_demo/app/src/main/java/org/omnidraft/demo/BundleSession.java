@@ -133,7 +133,7 @@ public final class BundleSession {
         String pte = model.graphs.get(graph);
         if (pte == null) throw new BundleError("the bundle has no ExecuTorch program for " + model.name + " (export --format executorch)");
         return new ExecuTorchRunner(new File(dir, pte).getPath(), model.vocabSize, model.maxContext, model.maxTokensPerCall,
-                model.maxLogitRows, head);
+                model.maxLogitRows, model.ringSlack(), head);
     }
 
     private static NGramCache loadCache(File file, String pairId) {

@@ -21,8 +21,8 @@ public final class ExecuTorchRunner extends ModelRunner {
     public List<Tensor> extraInputs = new java.util.ArrayList<>(); // drafter_lora.pte: the live LoRA tensors
 
     public ExecuTorchRunner(String ptePath, int vocabSize, int maxContext, int maxTokensPerCall, int maxLogitRows,
-                            AcceptanceHead head) {
-        super(vocabSize, maxContext, maxTokensPerCall, maxLogitRows);
+                            int ringSlack, AcceptanceHead head) {
+        super(vocabSize, maxContext, maxTokensPerCall, maxLogitRows, ringSlack);
         this.module = Module.load(ptePath);
         this.head = head;
     }

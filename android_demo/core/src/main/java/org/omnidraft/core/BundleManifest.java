@@ -40,6 +40,7 @@ public final class BundleManifest {
         public final int draftHeadTokens; // 0: the graphs score the whole vocabulary
         public final int maxLogitRows; // version 5 targets: the graph takes the rows whose logits it returns; 0: all rows
         public final List<Integer> cacheLengths; // version 5: each layer's cache length (rings), or empty
+        public final int slidingWindow; // version 5, with cacheLengths: the window of the layers that keep a ring
 
         Model(Map<String, Object> m, String role) throws Invalid {
             String at = "models." + role;
@@ -82,6 +83,15 @@ public final class BundleManifest {
                 }
             }
             cacheLengths = Collections.unmodifiableList(lengths);
+            Object w = m.get("sliding_window");
+            if ((w == null) != lengths.isEmpty()) throw bad(at + ".sliding_window");
+            if (w != null && (!isInt(w) || (Long) w < 1 || (Long) w >= Collections.min(lengths))) throw bad(at + ".sliding_window");
+            slidingWindow = w == null ? 0 : ((Long) w).intValue();
+        }
+
+        /** The deepest safe rollback of the ExecuTorch program's rings (-1: it has none). */
+        public int ringSlack() {
+            return cacheLengths.isEmpty() ? -1 : Collections.min(cacheLengths) - slidingWindow;
         }
     }
 

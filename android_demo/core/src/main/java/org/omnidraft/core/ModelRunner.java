@@ -25,16 +25,23 @@ public abstract class ModelRunner {
 
     /** The most tokens one call takes (a prefill chunk), and the most rows of logits it returns (0: no limit). */
     public final int maxTokensPerCall, maxLogitRows;
+    /**
+     * A graph whose sliding-window layers keep a ring (runner.py): the deepest safe rollback below the highest
+     * position written (-1: no ring). A deeper one forgets everything, so the next prefill reads the text again.
+     */
+    public final int ringSlack;
+    private int written; // one past the highest position written since the cache was last whole
 
     protected ModelRunner(int vocabSize, int maxContext) {
-        this(vocabSize, maxContext, 0, 0);
+        this(vocabSize, maxContext, 0, 0, -1);
     }
 
-    protected ModelRunner(int vocabSize, int maxContext, int maxTokensPerCall, int maxLogitRows) {
+    protected ModelRunner(int vocabSize, int maxContext, int maxTokensPerCall, int maxLogitRows, int ringSlack) {
         this.vocabSize = vocabSize;
         this.maxContext = maxContext;
         this.maxTokensPerCall = maxTokensPerCall;
         this.maxLogitRows = maxLogitRows;
+        this.ringSlack = ringSlack;
     }
 
     /** The most tokens one call can verify: each needs its row of logits (Integer.MAX_VALUE: no limit). */
@@ -55,16 +62,21 @@ public abstract class ModelRunner {
 
     public float[][] forward(List<Integer> input, int start, int nLogits) {
         if (input.isEmpty()) throw new IllegalArgumentException("forward needs at least one token");
+        if (start < position) rollback(start);
         if (start > position) throw new IllegalArgumentException("cache holds " + position + " positions, cannot write at " + start);
         if (start + input.size() > maxContext) throw new IllegalArgumentException("context window of " + maxContext + " exceeded");
         int n = input.size();
         int rows = Math.max(1, Math.min(nLogits, n));
-        if (maxLogitRows > 0 && rows > maxLogitRows) throw new IllegalArgumentException(rows + " rows of logits asked, a call gives at most " + maxLogitRows);
         int chunk = maxTokensPerCall > 0 ? maxTokensPerCall : 256;
         float[][] out = new float[rows][];
-        for (int lo = 0; lo < n; lo += chunk) { // runner.py's forward: long inputs in chunks, the wanted rows from each
+        int lo = 0;
+        while (lo < n) { // runner.py's forward: long inputs in chunks, the wanted rows from each
             int hi = Math.min(n, lo + chunk);
-            int want = Math.max(0, hi - (n - rows));
+            int want = Math.max(0, hi - Math.max(lo, n - rows));
+            if (maxLogitRows > 0 && want > maxLogitRows) { // a call returns at most that many rows
+                hi -= want - maxLogitRows;
+                want = maxLogitRows;
+            }
             long t0 = System.nanoTime();
             float[][] logits;
             try {
@@ -79,13 +91,18 @@ public abstract class ModelRunner {
             while (tokens.size() > start + lo) tokens.remove(tokens.size() - 1);
             tokens.addAll(input.subList(lo, hi));
             position = start + hi;
-            for (int r = 0; r < want; r++) out[rows - (n - hi) - want + r] = logits[logits.length - want + r];
+            written = Math.max(written, position);
+            for (int r = 0; r < want; r++) out[hi - want + r - (n - rows)] = logits[logits.length - want + r];
+            lo = hi;
         }
         return out;
     }
 
     public void rollback(int pos) {
-        position = Math.max(0, Math.min(position, pos));
+        int keep = Math.max(0, Math.min(position, pos));
+        if (ringSlack >= 0 && written - 1 - keep > ringSlack) keep = 0; // the rings dropped what `pos` needs
+        if (keep == 0) written = 0;
+        position = keep;
         while (tokens.size() > position) tokens.remove(tokens.size() - 1);
     }
 
@@ -97,11 +114,10 @@ public abstract class ModelRunner {
         return keep;
     }
 
-    /** Keep what the cache already holds of seq[:-1], forget the rest; return its length. */
+    /** Keep what the cache already holds of seq[:-1], forget the rest; return what it kept (0 past a ring's slack). */
     public int reuse(List<Integer> seq) {
-        int keep = common(seq);
-        rollback(keep);
-        return keep;
+        rollback(common(seq));
+        return position;
     }
 
     /** Read seq[:-1] (what the cache does not hold of it yet): the last token is the next call's input. */

@@ -199,4 +199,41 @@ public class LoopTest {
         assertEquals(25, r.tokens.size());
         assertEquals(5.0, r.tokensPerTargetCall(), 0.01);
     }
+
+    /** runner.py's rules: long inputs in chunks of maxTokensPerCall, at most maxLogitRows rows a call, a rollback
+     *  deeper than a ring's slack forgets the cache, and a call that throws forgets what it may have written. */
+    @Test
+    public void chunksRowsRingsAndInterruptionsFollowTheReference() {
+        List<int[]> calls = new java.util.ArrayList<>();
+        int[] failAt = {-1};
+        ModelRunner r = new ModelRunner(8, 100, 16, 4, 10) {
+            @Override
+            protected float[][] run(List<Integer> input, int start, int nLogits) {
+                calls.add(new int[] {input.size(), start, nLogits});
+                if (calls.size() == failAt[0]) throw new IllegalStateException("interrupted");
+                float[][] out = new float[nLogits][8];
+                for (int i = 0; i < nLogits; i++) out[i][0] = start + input.size() - nLogits + i; // its position
+                return out;
+            }
+        };
+        List<Integer> ids = new java.util.ArrayList<>();
+        for (int i = 0; i < 40; i++) ids.add(i % 8);
+        float[][] rows = r.forward(ids.subList(0, 37), 0, 6);
+        assertEquals(6, rows.length);
+        for (int i = 0; i < 6; i++) assertEquals(31 + i, rows[i][0], 0f); // the last six positions, in order
+        assertEquals(List.of(16, 16, 4, 1), List.of(calls.get(0)[0], calls.get(1)[0], calls.get(2)[0], calls.get(3)[0]));
+        r.rollback(27); // 9 below the highest position written (36): kept
+        assertEquals(27, r.position());
+        r.forward(ids.subList(27, 37), 27, 1);
+        r.rollback(20); // 16 below: past the ring's slack of 10, everything is forgotten
+        assertEquals(0, r.position());
+        r.forward(ids.subList(0, 30), 0, 1);
+        failAt[0] = calls.size() + 1;
+        try {
+            r.forward(ids.subList(30, 33), 30, 3);
+            throw new AssertionError("no exception");
+        } catch (IllegalStateException e) {
+            assertEquals(30, r.position()); // what the failed call may have written is not claimed
+        }
+    }
 }
