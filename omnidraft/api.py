@@ -16,15 +16,13 @@ and typed statistics. What the pair learned is saved when the `with` block ends 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import OmniDraftError
-from .pair import Pair, PairOptions, open_pair
+from .pair import Pair, PairOptions, generation_config, open_pair
 from .runtime.choices import Backend, ProposerKind
-from .runtime.decoding import GenerationConfig, GenerationResult
-from .runtime.sampling import Sampler
+from .runtime.decoding import GenerationResult
 
 
 def load(**options) -> "Model":
@@ -94,6 +92,14 @@ class Model:
         """Save what the pair learned (n-gram cache, acceptance head, lookup history, measured costs)."""
         self.pair.save_cache()
 
+    def chat(self, system: str | None = None):
+        """A conversation that keeps the target's KV cache across turns (omnidraft/session.py): `send(message)`
+        returns the reply, `stream(message)` yields it; each prompt reads only the new message, and when the
+        conversation outgrows the window its oldest turns are dropped (the system prompt kept)."""
+        from .session import Chat
+
+        return Chat(self.pair, system)
+
     def close(self) -> None:
         self.save()
 
@@ -121,32 +127,3 @@ class Model:
         return (self.pair.encode_chat(messages) if chat else self.pair.encode_prompt(prompt)), config
 
 
-def generation_config(pair: Pair, chat: bool, *, max_new_tokens: int = 64, temperature: float = 0.0,
-                      top_p: float = 1.0, seed: int = 0, stop: str | list[str] = (), strict_sampling: bool = False,
-                      sampled_drafts: bool = False,
-                      **fields) -> GenerationConfig:
-    """A GenerationConfig for this pair (its resolved draft length, its end-of-turn ids with chat), every
-    value checked with one clear error; `fields`: GenerationConfig's other fields."""
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-        raise OmniDraftError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
-    if not _number(temperature) or not 0 <= temperature < math.inf:
-        raise OmniDraftError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if not _number(top_p) or not 0 < top_p <= 1:
-        raise OmniDraftError(f"top_p must be in (0, 1], got {top_p!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise OmniDraftError(f"seed must be a whole number >= 0, got {seed!r}")
-    if stop is None:
-        stop = ()
-    if not isinstance(stop, (str, list, tuple)) or not all(isinstance(s, str) for s in ([stop] if isinstance(
-            stop, str) else stop)):
-        raise OmniDraftError(f"stop: a string, a list of strings or None, got {stop!r}")
-    stops = (stop,) if isinstance(stop, str) else tuple(stop)
-    draft = pair.draft.config_fields() if pair.draft else {}
-    return GenerationConfig(max_new_tokens=max_new_tokens, sampler=Sampler(float(temperature), float(top_p)),
-                            seed=seed, stop_strings=stops, strict_sampling=strict_sampling,
-                            sampled_drafts=bool(sampled_drafts),
-                            eos_ids=pair.eos_ids(chat), **{**draft, **fields})
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)

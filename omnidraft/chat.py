@@ -10,6 +10,12 @@ from .errors import OmniDraftError
 GEMMA_TURN = "<start_of_turn>{role}\n{content}<end_of_turn>\n"
 
 
+def _template_takes_system(tok) -> bool:
+    """Whether the tokenizer's chat template renders a system turn (Gemma's turn format has none)."""
+    template = getattr(tok, "chat_template", None)
+    return bool(template) and "system" in str(template)
+
+
 def eos_ids(tokenizer, chat: bool = False) -> frozenset[int]:
     """Target ids that end generation: EOS, and in a chat also the end-of-turn token."""
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -20,11 +26,19 @@ def eos_ids(tokenizer, chat: bool = False) -> frozenset[int]:
 
 
 def encode_chat(tok, messages: list[dict], target_name: str) -> list[int]:
-    """A conversation (roles user/assistant) in the target's chat format, ready for its reply.
+    """A conversation (roles system, first, then user/assistant) in the target's chat format, ready for its reply.
 
     Control tokens come only from the template: each message's text is tokenized as text,
-    so a message that contains e.g. "<end_of_turn>" cannot forge a turn boundary.
+    so a message that contains e.g. "<end_of_turn>" cannot forge a turn boundary. A message
+    may carry its tokens ("ids", a reply as the target generated it): they are used as they are,
+    so a chat session's next prompt extends exactly what the target read and wrote. A system
+    prompt goes into the template's system turn, or, where it has none (Gemma), before the
+    first user message.
     """
+    if messages and messages[0]["role"] == "system" and not _template_takes_system(tok):
+        system, *messages = messages
+        if messages and messages[0]["role"] == "user":
+            messages[0] = {"role": "user", "content": f"{system['content']}\n\n{messages[0]['content']}"}
     marks = [f"\ue000{i}\ue001" for i in range(len(messages))]  # private-use placeholders
     shell = [{"role": m["role"], "content": mark} for m, mark in zip(messages, marks)]
     if getattr(tok, "chat_template", None):
@@ -40,6 +54,9 @@ def encode_chat(tok, messages: list[dict], target_name: str) -> list[int]:
     for message, mark in zip(messages, marks):
         at = rendered.index(mark, start)
         ids += tok.encode(rendered[start:at], add_special_tokens=False)  # the template's own control tokens
-        ids += tok.encode(message["content"], add_special_tokens=False, split_special_tokens=True)
+        if "ids" in message:
+            ids += [int(t) for t in message["ids"]]
+        else:
+            ids += tok.encode(message["content"], add_special_tokens=False, split_special_tokens=True)
         start = at + len(mark)
     return ids + tok.encode(rendered[start:], add_special_tokens=False)

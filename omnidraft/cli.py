@@ -98,12 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
                           "to it needs over 23 GB of memory (fine for small drafters)")
     exp.set_defaults(run=cmd_export)
 
-    sim = sub.add_parser("simulate", help="run a bundle on onnxruntime as the phone app does (chat)")
+    sim = sub.add_parser("simulate", help="run a bundle as the phone app does: a chat session (ExecuTorch or onnxruntime)")
     sim.add_argument("--prompt", help="one prompt instead of the interactive chat")
+    sim.add_argument("--script", type=Path, help="a scripted chat instead: one message per line of this UTF-8 file")
+    sim.add_argument("--system", help="the chat's system prompt (kept when the window moves)")
     sim.add_argument("--chat", action="store_true", help="with --prompt: apply the chat template")
     sim.add_argument("--report", type=Path, metavar="DIR", help="write report.json and PNG plots here")
     sim.add_argument("--max-new-tokens", type=opt.positive_int, default=128)
-    opt.add_model_options(sim, backends=(Backend.ONNXRUNTIME,), eager_models=False)
+    opt.add_model_options(sim, backends=(Backend.EXECUTORCH, Backend.ONNXRUNTIME), eager_models=False)
+    sim.set_defaults(backend=None)  # the bundle's ExecuTorch programs when it has them (the phone's), else ONNX
     opt.add_sampling_options(sim)
     opt.add_proposal_options(sim)
     opt.add_source_option(sim)

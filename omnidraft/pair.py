@@ -11,6 +11,7 @@ build their pairs here.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from .catalog import resolve_model_path, resolve_pair_paths
 from .progress import log
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
 from .runtime.choices import Backend, DraftPolicy, ProposerKind
-from .runtime.decoding import SpeculativeDecoder
+from .runtime.decoding import GenerationConfig, SpeculativeDecoder
 from .runtime.draft_length import DraftSettings
 from .runtime.drafting import DraftModel
 from .runtime.bridge import VocabBridge
@@ -33,6 +34,7 @@ from .runtime.hybrid import Hybrid, measurements
 from .runtime.lookup_proposer import LookupProposer
 from .runtime.ngram_cache import CacheFileError, NGramCache, load_or_fresh
 from .runtime.runner import EagerRunner
+from .runtime.sampling import Sampler
 from .runtime.vocab import Vocab
 from .store import StateFile
 
@@ -154,8 +156,6 @@ class Pair:
 
     def save_cache(self) -> None:
         """Save what the pair learned online (n-gram cache, acceptance head, lookup history); warn, never fail."""
-        from .lookup_history import save_lookup
-
         for store, write in self._stores():
             store.save(write, log)
 
@@ -183,6 +183,37 @@ class Pair:
         """(drafter, target) vocabulary sizes: the range of ids a state file may hold."""
         bridge = self.bridge
         return (len(bridge.draft), len(bridge.target)) if bridge is not None else None
+
+
+def generation_config(pair: Pair, chat: bool, *, max_new_tokens: int = 64, temperature: float = 0.0,
+                      top_p: float = 1.0, seed: int = 0, stop: str | list[str] = (), strict_sampling: bool = False,
+                      sampled_drafts: bool = False,
+                      **fields) -> GenerationConfig:
+    """A GenerationConfig for this pair (its resolved draft length, its end-of-turn ids with chat), every
+    value checked with one clear error; `fields`: GenerationConfig's other fields."""
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise OmniDraftError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
+    if not _number(temperature) or not 0 <= temperature < math.inf:
+        raise OmniDraftError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if not _number(top_p) or not 0 < top_p <= 1:
+        raise OmniDraftError(f"top_p must be in (0, 1], got {top_p!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise OmniDraftError(f"seed must be a whole number >= 0, got {seed!r}")
+    if stop is None:
+        stop = ()
+    if not isinstance(stop, (str, list, tuple)) or not all(isinstance(s, str) for s in ([stop] if isinstance(
+            stop, str) else stop)):
+        raise OmniDraftError(f"stop: a string, a list of strings or None, got {stop!r}")
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    draft = pair.draft.config_fields() if pair.draft else {}
+    return GenerationConfig(max_new_tokens=max_new_tokens, sampler=Sampler(float(temperature), float(top_p)),
+                            seed=seed, stop_strings=stops, strict_sampling=strict_sampling,
+                            sampled_drafts=bool(sampled_drafts),
+                            eos_ids=pair.eos_ids(chat), **{**draft, **fields})
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def check_text(text: str, what: str) -> None:

@@ -1,12 +1,15 @@
-"""Desktop simulator: run an exported bundle on onnxruntime exactly as the phone app would.
+"""Desktop simulator: run an exported bundle exactly as the phone app would.
 
-Same bundle, same loop, no torch model in memory. Without --prompt it is an
-interactive multi-turn chat in the terminal: text streams as it is accepted,
-Ctrl-C ends the current turn (the partial reply is kept), an empty line or
-Ctrl-D ends the session. After every turn a statistics line shows tokens/s,
-tokens per target call, acceptance, n-gram cache size and resident memory.
-With --report DIR: report.json plus PNG plots (acceptance and tokens/s over
-time, accepted-length histogram).
+Same bundle, same loop, no torch model in memory: on ExecuTorch when the bundle has its programs (the
+phone's runtime, the default), else on onnxruntime (--backend picks). Without --prompt it is a
+multi-turn chat session (omnidraft/session.py): each turn reads only the new message into the
+target's cache, and when the conversation outgrows the window the oldest turns are dropped (the
+statistics line says so), never a dead end. Interactive in the terminal (text streams as it is
+accepted, Ctrl-C ends the current turn (its partial reply is shown, not kept in the conversation), an
+empty line or Ctrl-D ends the session), or scripted (--script FILE: one message per line, each turn's time to first token and
+speed reported). After every turn a statistics line shows tokens/s, tokens per target call,
+acceptance, n-gram cache size and resident memory. With --report DIR: report.json plus PNG plots
+(acceptance and tokens/s over time, accepted-length histogram).
 """
 
 from __future__ import annotations
@@ -34,38 +37,55 @@ def peak_rss_mb() -> float:
 
 
 class Simulator:
-    """A bundle on onnxruntime. With adapt, the drafter learns as on the phone: LoRA steps
+    """A bundle on ExecuTorch or onnxruntime. With adapt, the drafter learns as on the phone: LoRA steps
     through the bundle's ExecuTorch training program, so the drafter runs its LoRA graph
-    (drafter_lora.pte) on ExecuTorch while the target stays on onnxruntime."""
+    (drafter_lora.pte) on ExecuTorch whatever the target runs on."""
 
-    def __init__(self, options):
+    def __init__(self, options, system: str | None = None):
         from .pair import open_pair
+        from .session import Chat
 
         self.pair = open_pair(options)
+        self.chat = Chat(self.pair, system)
         self.turns: list[dict] = []
         self.rss_after_load = rss_mb()
         self.started = time.perf_counter()
 
-    def reply(self, ids, config: GenerationConfig, write) -> dict:
-        """Generate one reply, streaming it through write(piece, source); Ctrl-C stops it and keeps what was
-        produced."""
+    def say(self, message: str, fields: dict, write) -> dict:
+        """One chat turn: the reply to `message`, kept in the conversation (session.py). fields: the generation's
+        options (max_new_tokens, sampling)."""
+        ids, _ = self.chat.prompt(message, fields["max_new_tokens"])
+        return self._reply(self.chat.stream(message, sources=True, **fields), write, len(ids))
+
+    def once(self, ids, config: GenerationConfig, write) -> dict:
+        """One prompt, outside any conversation."""
+        return self._reply(self.pair.decoder.stream(ids, config, sources=True), write, len(ids))
+
+    def _reply(self, stream, write, prompt_tokens: int) -> dict:
+        """Stream one reply through write(piece, source); Ctrl-C stops it and keeps what was produced."""
         pieces: list[str] = []
         turn_start = time.perf_counter() - self.started
-        done = []
-        stream = self.pair.decoder.stream(ids, config, sources=True, done=done.append)
+        first = result = None
         try:
-            for piece, source in stream:
+            while True:
+                try:
+                    piece, source = next(stream)
+                except StopIteration as stop:  # the generation's result
+                    result = stop.value
+                    break
+                if first is None:
+                    first = time.perf_counter() - self.started - turn_start
                 pieces.append(piece)
                 write(piece, source)
-            result = done[0]
-            stats, text, stop = result.stats, result.text, result.stop_reason
         except KeyboardInterrupt:
-            stats, text, stop = None, "".join(pieces), "interrupted"
+            pass
         finally:
             stream.close()  # Ctrl-C while writing: the generation ends here (what it learned is kept)
         write("\n", "target")
-        turn = {"start_s": turn_start, "text": text, "stop_reason": stop, "prompt_tokens": len(ids),
-                "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
+        stats = result.stats if result is not None else None
+        turn = {"start_s": turn_start, "text": result.text if result else "".join(pieces),
+                "stop_reason": result.stop_reason if result else "interrupted", "prompt_tokens": prompt_tokens,
+                "time_to_first_piece_s": first, "rss_mb": rss_mb(), "peak_rss_mb": peak_rss_mb()}
         if stats:
             from .options import proposal_summary, timing_parts
 
@@ -83,8 +103,13 @@ class Simulator:
         adapted = turn.get("adaptation")
         lora = f" | LoRA updates {adapted['updates']} ({adapted['rollbacks']} rolled back)" if adapted else ""
         summary = turn["summary"]
+        moved = (f"window moved: {turn['dropped_turns']} oldest turn(s) dropped, the rest read again | "
+                 if turn.get("dropped_turns") else "")
+        first = turn.get("time_to_first_piece_s")
         return (
-            f"[{turn['tokens_per_s']:.1f} tok/s | {turn['tokens_per_target_call']:.2f} tok/call | "
+            f"[{moved}{turn['tokens_per_s']:.1f} tok/s | {turn['tokens_per_target_call']:.2f} tok/call | "
+            + (f"first text after {first:.2f}s ({turn['prompt_tokens'] - turn['prompt_tokens_reused']} new "
+               f"prompt tokens read) | " if first is not None else "") +
             f"acceptance {turn['acceptance_rate']:.2f} ({summary['proposals']}) | "
             + "".join(f"{t} | " for t in summary["timings"]) +
             f"n-gram cache {len(cache) if cache else 0}{lora} | "
@@ -98,7 +123,7 @@ class Simulator:
             "bundle": str(self.pair.bundle.root),
             "target": self.pair.target_name,
             "drafter": self.pair.drafter_name,
-            "backend": Backend.ONNXRUNTIME,
+            "backend": self.pair.decoder.target.backend,
             "drafter_backend": self.pair.drafter.backend if self.pair.drafter else None,
             "adapter": str(self.pair.adapter_path) if self.pair.adapter_path else None,
             "rss_after_load_mb": self.rss_after_load,
@@ -140,26 +165,32 @@ def _plots(turns: list[dict], out_dir: Path) -> None:
 
 def run(args) -> int:
     from . import options as opt
+    from .bundle import load_bundle
 
     args.threads = opt.threads(args.threads)
-    sim = Simulator(opt.pair_options(args, adapt=args.adapt, backend=Backend.ONNXRUNTIME,
-                                     drafter_backend=Backend.EXECUTORCH if args.adapt else None))
+    backend = args.backend or (Backend.EXECUTORCH if "executorch" in load_bundle(
+        args.bundle, verify_hashes=False).model("target").graphs else Backend.ONNXRUNTIME)
+    sim = Simulator(opt.pair_options(args, adapt=args.adapt, backend=backend,
+                                     drafter_backend=Backend.EXECUTORCH if args.adapt else None), args.system)
     chat = args.chat or args.prompt is None
     write = opt.source_writer(args.show_sources, sys.stdout)
-
-    def config():
-        return opt.generation_config(args, sim.pair, chat)
+    fields = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+              "seed": args.seed, "strict_sampling": args.strict_sampling, "sampled_drafts": args.sampled_drafts}
 
     learning = f", drafter learning on ExecuTorch (profile {args.profile})" if args.adapt else ""
     proposing = {ProposerKind.HYBRID: f"lookup + {sim.pair.drafter_name}", ProposerKind.DRAFTER: sim.pair.drafter_name,
                  ProposerKind.LOOKUP: "lookup"}
-    print(f"[simulator] {proposing[args.proposer]} -> {sim.pair.target_name} on onnxruntime{learning}, "
+    window = sim.pair.decoder.target.max_context
+    print(f"[simulator] {proposing[args.proposer]} -> {sim.pair.target_name} on {backend} (window {window}){learning}, "
           f"threads {args.threads or 'default'}, RSS {sim.rss_after_load:.0f} MB after load", file=sys.stderr)
     if args.prompt is not None:
         ids = sim.pair.encode_prompt(args.prompt, chat=args.chat)
-        print(sim.status_line(sim.reply(ids, config(), write)), file=sys.stderr)
+        print(sim.status_line(sim.once(ids, opt.generation_config(args, sim.pair, chat), write)), file=sys.stderr)
+    elif args.script is not None:
+        for i, message in enumerate(read_script(args.script)):
+            sys.stdout.write(f"you> {message}\nmodel> ")
+            print(f"[turn {i + 1}] " + sim.status_line(sim.say(message, fields, write)), file=sys.stderr)
     else:
-        messages: list[dict] = []
         print("[simulator] chat: type a message; an empty line or Ctrl-D ends, Ctrl-C stops a reply", file=sys.stderr)
         while True:
             try:
@@ -169,14 +200,24 @@ def run(args) -> int:
                 break
             if not line.strip():
                 break
-            messages.append({"role": "user", "content": line})
-            ids = sim.pair.encode_chat(messages)
-            if len(ids) >= sim.pair.decoder.target.max_context:
-                raise OmniDraftError("the conversation no longer fits the bundle's context window; start a new session")
             sys.stdout.write("model> ")
-            turn = sim.reply(ids, config(), write)
-            messages.append({"role": "assistant", "content": turn["text"]})
-            print(sim.status_line(turn), file=sys.stderr)
+            print(sim.status_line(sim.say(line, fields, write)), file=sys.stderr)
     if args.report:
         print(f"[simulator] report written to {sim.report(args.report)}", file=sys.stderr)
     return 0
+
+
+def read_script(path: Path) -> list[str]:
+    """A scripted chat: one message per non-empty line of a UTF-8 file."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise OmniDraftError(f"script file not found: {path}") from None
+    except OSError as e:
+        raise OmniDraftError(f"cannot read script file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise OmniDraftError(f"script file {path} is not valid UTF-8 (byte {e.start})") from None
+    messages = [line.strip() for line in text.splitlines() if line.strip()]
+    if not messages:
+        raise OmniDraftError(f"script file {path} holds no message")
+    return messages

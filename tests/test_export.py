@@ -400,15 +400,18 @@ def test_quantized_embedding_rows(target_path, bits):
     assert float((got - want).abs().max()) > 0  # it did quantize
 
 
-def test_simulator_chat_session_and_report(bundle_dir, tmp_path):
-    """Two chat turns through stdin on onnxruntime, then the JSON report and the plot."""
+@pytest.mark.parametrize("backend", [None, "onnxruntime"])
+def test_simulator_chat_session_and_report(bundle_dir, tmp_path, backend):
+    """Two chat turns through stdin, on the bundle's ExecuTorch programs by default (the phone's runtime) or on
+    onnxruntime, then the JSON report and the plot."""
+    choice = ("--backend", backend) if backend else ()
     proc = run_cli("simulate", "--bundle", bundle_dir, "--threads", "1", "--max-new-tokens", "8", "--report",
-                   tmp_path / "rep", home=tmp_path, stdin="Hello there\nAnd again?\n\n")
+                   tmp_path / "rep", *choice, home=tmp_path, stdin="Hello there\nAnd again?\n\n")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("model> ") == 2
     assert proc.stderr.count("tok/call") == 2 and "RSS" in proc.stderr
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
-    assert report["backend"] == "onnxruntime" and len(report["turns"]) == 2
+    assert report["backend"] == (backend or "executorch") and len(report["turns"]) == 2
     assert report["turns"][1]["prompt_tokens_reused"] > 0  # the second turn reused the first's cache
     assert report["peak_rss_mb"] >= report["rss_after_load_mb"] > 0
     assert (tmp_path / "rep" / "simulator.png").stat().st_size > 10_000
@@ -430,10 +433,28 @@ def test_simulator_adapts_lora_on_executorch_and_stays_exact(bundle_dir, tmp_pat
     assert adapted.stderr.count("LoRA updates") == 3 and "LoRA updates 2 " in adapted.stderr
     reports = [json.loads((tmp_path / h / "rep" / "report.json").read_text()) for h in ("plain", "adapt")]
     assert [t["text"] for t in reports[0]["turns"]] == [t["text"] for t in reports[1]["turns"]]
-    assert reports[0]["drafter_backend"] == "onnxruntime" and reports[1]["drafter_backend"] == "executorch"
+    assert reports[0]["drafter_backend"] == "executorch" and reports[1]["drafter_backend"] == "executorch"
     # the first reply is held out for the update guard; each later one brings an update
     assert [t["adaptation"]["updates"] for t in reports[1]["turns"]] == [0, 1, 2]
     assert Path(reports[1]["adapter"]).exists() and Path(reports[1]["adapter"]).name.endswith("--sim.pt")
+
+
+def test_a_scripted_chat_longer_than_the_window_moves_it_and_never_errs(bundle_dir, tmp_path):
+    """A 14-turn script in the tiny bundle's 64-position window: the oldest turns are dropped (the system prompt
+    kept), each turn reports its speed and time to first text, and the session never dead-ends."""
+    script = tmp_path / "chat.txt"
+    script.write_text("\n".join(f"Message number {i}, tell me more." for i in range(14)))
+    proc = run_cli("simulate", "--bundle", bundle_dir, "--threads", "1", "--max-new-tokens", "6", "--script", script,
+                   "--system", "Be brief.", "--report", tmp_path / "rep", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("model> ") == 14 and proc.stderr.count("tok/call") == 14
+    assert "window moved" in proc.stderr and "first text after" in proc.stderr
+    turns = json.loads((tmp_path / "rep" / "report.json").read_text())["turns"]
+    assert sum(t["dropped_turns"] for t in turns) > 0 and all(t["stop_reason"] != "interrupted" for t in turns)
+    bad = tmp_path / "empty.txt"
+    bad.write_text("\n\n")
+    proc = run_cli("simulate", "--bundle", bundle_dir, "--script", bad, home=tmp_path)
+    assert proc.returncode == 1 and "holds no message" in proc.stderr
 
 
 def test_simulator_adapt_needs_a_training_bundle(bundle_dir, tmp_path):

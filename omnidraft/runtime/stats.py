@@ -105,6 +105,7 @@ class GenerationStats:
     rounds: list[tuple[float, int, int]] = field(default_factory=list)  # (seconds since start, proposed, accepted)
     adaptation: dict | None = None  # the online adapter's summary, with the update's seconds
     prompt_tokens: int = 0
+    dropped_turns: int = 0  # a chat session's oldest turns dropped for this one to fit the window (session.py)
 
     @property
     def decode_s(self) -> float:
@@ -160,7 +161,7 @@ class GenerationStats:
             "timings": self.timings.to_json(), "predictor": d.predictor, "adaptation": self.adaptation,
             "accepted_length_histogram": {str(k): v for k, v in sorted(self.accepted_lengths.items())},
             "draft_policy": self.draft_policy, "prompt_tokens_reused": self.prompt_tokens_reused,
-            "prompt_tokens": self.prompt_tokens,
+            "prompt_tokens": self.prompt_tokens, "dropped_turns": self.dropped_turns,
         }
 
 
