@@ -65,9 +65,15 @@ public final class BundleSession {
     private final Hybrid hybrid;
     private final org.omnidraft.core.Policy policy; // the runtime's constants, from bundle.json
 
+    // The conversation (omnidraft/session.py): each turn as the target read and wrote it (the user's turn in Gemma's
+    // format, the reply's own tokens, its end), so a reply's prompt extends the target's cache by the new message.
+    private final List<List<Integer>> turns = new ArrayList<>();
+    public int droppedTurns; // dropped from the start of this conversation so far, for the window to fit
+
     public static final class Reply {
         public String text;
         public int tokens, targetCalls, drafted, accepted, lookupAccepted;
+        public int droppedTurns; // the oldest turns this reply dropped for the conversation to fit the window
         public double seconds;
         public String timings; // "target step 12 ms, verify 15 ms, drafter step 15 ms (c 1.21)" for this reply
     }
@@ -146,10 +152,9 @@ public final class BundleSession {
     }
 
     /** A user turn in Gemma's chat format, special tokens as tokens, ready for the model's reply. */
-    public List<Integer> chatPrompt(String message) {
+    private List<Integer> userTurn(String message) {
         List<Integer> ids = new ArrayList<>();
-        int bos = targetTok.pieceId("<bos>"), start = targetTok.pieceId("<start_of_turn>"), end = targetTok.pieceId("<end_of_turn>");
-        if (bos >= 0) ids.add(bos);
+        int start = targetTok.pieceId("<start_of_turn>"), end = targetTok.pieceId("<end_of_turn>");
         ids.add(start);
         ids.addAll(targetTok.encode("user\n" + message));
         ids.add(end);
@@ -159,13 +164,51 @@ public final class BundleSession {
         return ids;
     }
 
+    /** The conversation's turns from `from` on and the new message, ready for the reply. */
+    private List<Integer> conversation(int from, List<Integer> message) {
+        List<Integer> ids = new ArrayList<>();
+        int bos = targetTok.pieceId("<bos>");
+        if (bos >= 0) ids.add(bos);
+        for (List<Integer> turn : turns.subList(from, turns.size())) ids.addAll(turn);
+        ids.addAll(message);
+        return ids;
+    }
+
+    /**
+     * The prompt for `message` in this conversation, dropping its oldest turns when it and the reply's room no
+     * longer fit the window: down to half the window, so the next turns fit again (session.py). {prompt, dropped}.
+     */
+    public Object[] chatPrompt(String message, int maxNew) {
+        List<Integer> mine = userTurn(message);
+        List<Integer> ids = conversation(0, mine);
+        int window = target.maxContext;
+        if (ids.size() + maxNew <= window) return new Object[] {ids, 0};
+        for (int limit : new int[] {window / 2, window}) {
+            for (int drop = 1; drop <= turns.size(); drop++) {
+                ids = conversation(drop, mine);
+                if (ids.size() + maxNew <= limit) return new Object[] {ids, drop};
+            }
+        }
+        if (ids.size() < window) return new Object[] {ids, turns.size()};
+        throw new IllegalArgumentException("the message does not fit the context window of " + window + " tokens");
+    }
+
+    /** Start a new conversation (the target's cache is reused as far as the new one shares its start). */
+    public void newConversation() {
+        turns.clear();
+        droppedTurns = 0;
+    }
+
     /**
      * One greedy reply; `speculative` off runs the target alone (the baseline), `learn` trains cache and head,
      * `useLookup` adds lookup proposals (hybrid with the drafter).
      */
     public Reply reply(String message, int maxNew, boolean speculative, boolean learn, boolean autoDraftLen,
                        boolean useLookup, SpeculativeLoop.TokenSink onToken) {
-        List<Integer> prompt = chatPrompt(message);
+        Object[] prepared = chatPrompt(message, maxNew);
+        @SuppressWarnings("unchecked")
+        List<Integer> prompt = (List<Integer>) prepared[0];
+        int drop = (Integer) prepared[1];
         DraftLength length = autoDraftLen && head != null
                 ? new DraftLength(DraftLength.Policy.AUTO, 4, maxDraftLen, 0.5)
                 : new DraftLength(DraftLength.Policy.FIXED, Math.min(4, maxDraftLen), maxDraftLen, 0.5);
@@ -189,6 +232,14 @@ public final class BundleSession {
         out.accepted = r.accepted;
         out.lookupAccepted = r.lookupAccepted;
         out.timings = org.omnidraft.core.CallTimes.summary(target, speculative ? drafter : null);
+        out.droppedTurns = drop;
+        List<Integer> turn = new ArrayList<>(userTurn(message)); // kept as the target read and wrote it
+        turn.addAll(r.tokens);
+        turn.add(targetTok.pieceId("<end_of_turn>"));
+        turn.addAll(targetTok.encode("\n"));
+        turns.subList(0, drop).clear();
+        turns.add(turn);
+        droppedTurns += drop;
         if (learn && onlineHead != null) onlineHead.update(30, 0.03, 0.1);
         TrainingExample example = drafting.lastExample();
         if (speculative && example != null && !example.isEmpty()) adapt(example);
