@@ -5,7 +5,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PROMPT ?= Once upon a time, in a small village by the sea,
 
 HOME_DIR := $(or $(OMNIDRAFT_HOME),$(HOME)/.cache/omnidraft)
 BUNDLES := $(HOME_DIR)/bundles
@@ -28,8 +27,9 @@ install: $(STAMP)
 prepare: install
 	$(BIN)/omnidraft prepare
 
+# A two-turn chat about a pasted text, the target alone and the default side by side: speeds, ratio, identical
 demo: prepare
-	$(BIN)/omnidraft generate --prompt "$(PROMPT)" --max-new-tokens 64
+	$(BIN)/python examples/demo.py
 
 test: prepare
 	$(BIN)/lint-imports --no-cache

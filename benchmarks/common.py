@@ -109,7 +109,8 @@ class Method:
         self.tokens: list[int] = []  # the last output
         self.differ = 0  # outputs that differ from the reference (target-only)
 
-    def run(self, ids, max_new: int, eos) -> list[int]:
+    def run(self, ids, max_new: int, eos, sampling: dict | None = None) -> list[int]:
+        """sampling: GenerationConfig's sampler and seed (None: greedy)."""
         drafter = self.drafter
         if drafter is not None and self.predictor is not None:
             drafter.head = self.predictor.head  # each method drafts with its own head
@@ -117,7 +118,7 @@ class Method:
             self.learner.load_state(self.lora)
             drafter.reset()  # other weights: the drafter's cached keys and values are stale
         draft = self.draft or {}
-        config = GenerationConfig(max_new, speculative=self.draft is not None, eos_ids=eos, **draft)
+        config = GenerationConfig(max_new, speculative=self.draft is not None, eos_ids=eos, **draft, **(sampling or {}))
         result = self.decoder.generate(ids, config)
         self.per_prompt.append(Totals.of(result.stats))
         self.totals += self.per_prompt[-1]

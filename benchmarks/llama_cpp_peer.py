@@ -36,6 +36,7 @@ from omnidraft.models import DEFAULT_TARGET
 from omnidraft.pair import PairOptions, open_pair
 from omnidraft.runtime.choices import Backend, ProposerKind
 from omnidraft.runtime.decoding import GenerationConfig
+from omnidraft.runtime.sampling import Sampler
 from omnidraft.state import omnidraft_home
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -68,10 +69,11 @@ def q8_target(root: Path) -> Path:
     return q8
 
 
-def run_llama(binary: Path, model: Path, prompt: str, n: int, threads: int, extra=()) -> tuple[float, str]:
+def run_llama(binary: Path, model: Path, prompt: str, n: int, threads: int, extra=(), temperature: float = 0.0,
+              top_p: float = 1.0, seed: int = 1) -> tuple[float, str]:
     """(decode tokens per second as the tool reports it, its output text)."""
-    cmd = [str(binary), "-m", str(model), "-p", prompt, "-n", str(n), "-t", str(threads), "--temp", "0",
-           "--seed", "1", *extra]
+    cmd = [str(binary), "-m", str(model), "-p", prompt, "-n", str(n), "-t", str(threads), "--temp", str(temperature),
+           "--top-p", str(top_p), "--seed", str(seed), *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     log = done.stderr + done.stdout
     if done.returncode != 0:
@@ -98,6 +100,8 @@ def main() -> int:
                     help="another bundle of the same target: its target-only and default rows too (ratios against "
                          "--bundle's target-only), e.g. one exported by an earlier version")
     ap.add_argument("--draft-max", type=int, default=3, help="llama-lookup's --spec-draft-n-max")
+    ap.add_argument("--temperature", type=float, default=0.0, help="sample (a seed per prompt); 0: greedy")
+    ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -106,6 +110,8 @@ def main() -> int:
         ap.error(f"--workloads: choose from {', '.join(corpora.DOMAINS + TEXT_WORKLOADS)}")
     if args.prompts < 1 or args.max_new_tokens < 1 or args.threads < 1:
         ap.error("--prompts, --max-new-tokens and --threads must be at least 1")
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        ap.error("--temperature must be >= 0 and --top-p in (0, 1]")
     torch.set_num_threads(args.threads)
     root = llama_cpp()
     model = q8_target(root)
@@ -123,14 +129,18 @@ def main() -> int:
             ours[f"ours default{label}"] = open_pair(PairOptions(
                 backend=Backend.EXECUTORCH, bundle=bundle, proposer=ProposerKind.HYBRID, threads=args.threads))
         rows = {k: [] for k in ("llama.cpp target-only", "llama.cpp lookup", *ours)}
+        sampled = {"temperature": args.temperature, "top_p": args.top_p}
         for i, (_, text) in enumerate(prompts):
             rows["llama.cpp target-only"].append(run_llama(root / "bin" / "llama-completion", model, text,
-                                                           args.max_new_tokens, args.threads, ["-no-cnv"])[0])
+                                                           args.max_new_tokens, args.threads, ["-no-cnv"], **sampled,
+                                                           seed=i + 1)[0])
             rows["llama.cpp lookup"].append(run_llama(root / "bin" / "llama-lookup", model, text, args.max_new_tokens,
-                                                      args.threads, ["--spec-draft-n-max", str(args.draft_max)])[0])
+                                                      args.threads, ["--spec-draft-n-max", str(args.draft_max)],
+                                                      **sampled, seed=i + 1)[0])
             for name, pair in ours.items():
                 ids = pair.encode_prompt(text)
                 config = GenerationConfig(max_new_tokens=args.max_new_tokens, eos_ids=frozenset(),
+                                          sampler=Sampler(args.temperature, args.top_p), seed=i + 1,
                                           **(pair.draft.config_fields() if pair.draft else {}))
                 rows[name].append(pair.decoder.generate(ids, config).stats.tokens_per_s)
             print(f"[peer] prompt {i + 1}/{len(prompts)}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rows.items()),
@@ -140,6 +150,7 @@ def main() -> int:
         picked = [i for i, (w, _) in enumerate(prompts) if w == workload]
         table += summarize({name: [tps[i] for i in picked] for name, tps in rows.items()}, workload)
     result = {"date": time.strftime("%Y-%m-%d"), "threads": args.threads, "prompts": args.prompts,
+              "temperature": args.temperature, "top_p": args.top_p,
               "workloads": workloads,
               "max_new_tokens": args.max_new_tokens, "llama_cpp": "b11434", "gguf": model.name,
               "bundle": args.bundle.name, "compare": [b.name for b in args.compare],
@@ -169,7 +180,9 @@ def summarize(rows: dict[str, list[float]], workload: str) -> list[dict]:
 
 def render(r: dict) -> str:
     lines = [f"llama.cpp {r['llama_cpp']} ({r['gguf']}) against this project ({r['bundle']}), {r['prompts']} prompts "
-             f"per workload ({', '.join(r['workloads'])}), {r['max_new_tokens']} new tokens, greedy, {r['threads']} "
+             f"per workload ({', '.join(r['workloads'])}), {r['max_new_tokens']} new tokens, "
+             + (f"temperature {r['temperature']} top-p {r['top_p']} (a seed per prompt)" if r.get("temperature")
+                else "greedy") + f", {r['threads']} "
              f"threads, {r['date']}. Medians over a workload's prompts of tokens per second and of per-prompt "
              f"ratios; \"llama.cpp's best\": its target-only or its lookup, whichever has the higher median on the "
              f"workload. Command: `{r['command']}`.", "",

@@ -193,13 +193,24 @@ def empty_state(pair, learner, zero_lora) -> tuple:
     return NGramCache(pair.bridge.pair_id), predictor, LookupProposer(HistoryIndex()), zero_lora, None, None
 
 
-def measure(methods: dict[str, Method], ids, eos, max_new: int) -> None:
-    """Every method on one prompt, interleaved; outputs compared with the first method's (target-only)."""
+def measure(methods: dict[str, Method], ids, eos, max_new: int, sampling: dict | None = None) -> None:
+    """Every method on one prompt, interleaved; outputs compared with the first method's (target-only): under
+    sampling too, with the same seed (the drafter's drafts are its most likely tokens, checked against each
+    position's own draw: the text is target-only's whoever proposed, verify.py)."""
     reference = None
     for method in methods.values():
-        tokens = method.run(ids, max_new, eos)
+        tokens = method.run(ids, max_new, eos, sampling)
         reference = tokens if reference is None else reference
         method.differ += tokens != reference
+
+
+def sampling(args, ids) -> dict | None:
+    """The measured prompts' sampling settings: greedy, or --temperature/--top-p with a seed per prompt."""
+    if not args.temperature:
+        return None
+    from omnidraft.runtime.sampling import Sampler
+
+    return {"sampler": Sampler(args.temperature, args.top_p), "seed": args.seed + sum(ids) % 100_003}
 
 
 def run_system(label: str, pair, args, bar) -> dict:
@@ -239,7 +250,7 @@ def run_system(label: str, pair, args, bar) -> dict:
             if not fits(pair, ids, args):
                 bar.update()
                 continue
-            measure(methods, ids, eos, args.max_new_tokens)
+            measure(methods, ids, eos, args.max_new_tokens, sampling(args, ids))
             reference = methods["target-only"].tokens
             if peers:
                 if learner is not None:
@@ -283,10 +294,10 @@ def first_contact(pair, args, learner, zero_lora, bar) -> dict[str, Method]:
             bar.update()
             continue
         methods = make_methods(pair, args, learner, zero_lora, empty_state(pair, learner, zero_lora))
-        measure(methods, ids, pair.eos_ids(), args.first_contact_tokens)
+        measure(methods, ids, pair.eos_ids(), args.first_contact_tokens, sampling(args, ids))
         for _ in range(args.first_contact_repeats - 1):  # again, each from an empty state: one prompt, summed
             again = make_methods(pair, args, learner, zero_lora, empty_state(pair, learner, zero_lora))
-            measure(again, ids, pair.eos_ids(), args.first_contact_tokens)
+            measure(again, ids, pair.eos_ids(), args.first_contact_tokens, sampling(args, ids))
             for name, m in again.items():
                 methods[name].absorb(m, same_prompt=True)
         if totals is None:
@@ -365,6 +376,9 @@ def main() -> int:
     ap.add_argument("--adapt-lr", type=float, default=3e-4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sample the measured prompts (a seed per prompt); outputs are still checked against target-only")
+    ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--prompt-chars", type=int, default=1200, help="longest prompt text")
     ap.add_argument("--extended", action="store_true",
                     help="also fixed k with/without the n-gram cache, LoRA-adapted, and the Hugging Face peers")
@@ -374,6 +388,8 @@ def main() -> int:
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown:
         ap.error(f"unknown workloads {unknown}; choose from {', '.join(WORKLOADS)}")
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        ap.error("--temperature must be >= 0 and --top-p in (0, 1]")
     torch.set_num_threads(args.threads)
     import transformers
 
@@ -384,7 +400,8 @@ def main() -> int:
     result = {"command": " ".join(["benchmarks/suite.py", *sys.argv[1:]]), "threads": args.threads,
               "date": time.strftime("%Y-%m-%d"), "warmup": args.warmup, "prompts": args.prompts,
               "max_new_tokens": args.max_new_tokens, "draft_len": args.draft_len, "cap": args.cap,
-              "gamma": args.gamma, "workloads": args.workloads, "systems": []}
+              "gamma": args.gamma, "workloads": args.workloads, "temperature": args.temperature, "top_p": args.top_p,
+              "systems": []}
     per_system = sum(args.first_contact if w == corpora.FIRST_CONTACT else args.warmup + args.prompts
                      for w in args.workloads)
     with tqdm(total=per_system * len(chosen), file=sys.stderr, unit="prompt", dynamic_ncols=True) as bar:
@@ -411,7 +428,8 @@ def _fmt(x, spec=".2f", suffix=""):
 
 def render_table(r: dict) -> str:
     lines = [
-        f"Benchmark suite, greedy, {r['max_new_tokens']} new tokens, {r['threads']} threads, {r['date']}: per workload "
+        f"Benchmark suite, " + (f"temperature {r['temperature']}, top-p {r['top_p']} (a seed per prompt)"
+                                 if r.get("temperature") else "greedy") + f", {r['max_new_tokens']} new tokens, {r['threads']} threads, {r['date']}: per workload "
         f"{r['warmup']} warm-up prompts (n-gram cache, acceptance head and lookup scorer learn; the texts join the "
         f"lookup history), then {r['prompts']} measured prompts, all methods interleaved prompt by prompt. Speedup is "
         f"against the same system's target-only decoding. Lookup share: share of the output tokens that were "

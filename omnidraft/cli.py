@@ -77,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--drafter-quant", choices=("none", "8da4w", "8da8w", "int8"),
                      help="the drafter's quantization (default: 8da4w with --quant 8da8w, the fastest pair "
                           "measured; else --quant)")
-    exp.add_argument("--embedding-quant", choices=("none", "int8", "int4"), default="none",
-                     help="ExecuTorch: weight-only quantized embedding tables (groups of 32), both models")
+    exp.add_argument("--embedding-quant", choices=("none", "int8", "int4"),
+                     help="ExecuTorch: weight-only quantized embedding tables (groups of 32), both models (default "
+                          "int8: the target's program 898 -> 438 MB at the same top-1 agreement)")
     exp.add_argument("--draft-head", action="store_true",
                      help="keep the drafter's draft head (its most frequent tokens only) in its graphs: it pays on "
                           "eager; on ExecuTorch the full head is faster")

@@ -131,6 +131,7 @@ def tiny_bundle(tmp_path_factory, worker_id, tiny_checkpoints):
     def build(out):
         export_bundle(out, str(tiny_checkpoints["target"]), str(tiny_checkpoints["drafter"]),
                       formats=("onnx", "executorch"), max_context=64, max_draft_len=TINY_MAX_DRAFT, prefill_chunk=16,
+                      embedding_quant="none",  # the graphs against eager to 1e-4; int8 tables: test_quantized_*
                       draft_head=True, with_training=True, train_window=TINY_WINDOW,
                       lora=tiny_lora())
 
