@@ -181,17 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 def read_prompt(args) -> str:
     if args.prompt is not None:
         return args.prompt
-    path: Path = args.prompt_file
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise OmniDraftError(f"prompt file not found: {path}") from None
-    except OSError as e:
-        raise OmniDraftError(f"cannot read prompt file {path}: {e.strerror}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise OmniDraftError(f"prompt file {path} is not valid UTF-8 (byte {e.start})") from None
+    return opt.read_text(args.prompt_file, "prompt file")
 
 
 def cmd_generate(args) -> int:
@@ -258,14 +248,7 @@ def cmd_generate(args) -> int:
 
 def read_prompt_stream(path: Path) -> list[str]:
     """Prompts from a file: JSONL lines ({"prompt": ...} or a JSON string) or one plain prompt per line."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise OmniDraftError(f"prompt stream not found: {path}") from None
-    except OSError as e:
-        raise OmniDraftError(f"cannot read prompt stream {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise OmniDraftError(f"prompt stream {path} is not valid UTF-8 (byte {e.start})") from None
+    text = opt.read_text(path, "prompt stream")
     prompts = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -77,6 +77,18 @@ def draft_len(text: str) -> int | DraftPolicy:
     return positive_int(text)
 
 
+def read_text(path: Path, what: str) -> str:
+    """A UTF-8 text file the user named (`what`: "prompt file", "script file", ...), one clear error otherwise."""
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise OmniDraftError(f"{what} not found: {path}") from None
+    except OSError as e:
+        raise OmniDraftError(f"cannot read {what} {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise OmniDraftError(f"{what} {path} is not valid UTF-8 (byte {e.start})") from None
+
+
 # -- option groups --------------------------------------------------------------------------
 def add_model_options(p, backends=tuple(Backend), eager_models: bool = True) -> None:
     if eager_models:

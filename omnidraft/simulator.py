@@ -209,14 +209,9 @@ def run(args) -> int:
 
 def read_script(path: Path) -> list[str]:
     """A scripted chat: one message per non-empty line of a UTF-8 file."""
-    try:
-        text = Path(path).read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise OmniDraftError(f"script file not found: {path}") from None
-    except OSError as e:
-        raise OmniDraftError(f"cannot read script file {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise OmniDraftError(f"script file {path} is not valid UTF-8 (byte {e.start})") from None
+    from .options import read_text
+
+    text = read_text(path, "script file")
     messages = [line.strip() for line in text.splitlines() if line.strip()]
     if not messages:
         raise OmniDraftError(f"script file {path} holds no message")

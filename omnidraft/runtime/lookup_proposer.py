@@ -36,8 +36,11 @@ class LookupScorer:
 
     Two time scales: the weights learn slowly across generations (and are kept with the history);
     `offset`, a bias for the current generation only, learns fast (FAST_LR) and starts at 0 with each
-    generation, so that lookup stops proposing within a few rounds on a text where its matches keep
-    missing (a fresh prompt's one-token matches), and trusts them more where they keep hitting.
+    greedy generation, so that lookup stops proposing within a few rounds on a text where its matches keep
+    missing (a fresh prompt's one-token matches), and trusts them more where they keep hitting. Under
+    sampling a continuation token is accepted with the target's probability of it, less often than it is
+    the argmax: a sampled generation starts from the offset the last sampled one ended with (in this
+    process), so the weights, which mostly learn from greedy traffic, are corrected from the first round.
     """
 
     LR = 0.05
@@ -50,12 +53,17 @@ class LookupScorer:
             raise ValueError(f"lookup scorer weights must be {N_FEATURES} finite numbers")
         self.lr = lr
         self.offset = 0.0
+        self.sampled_offset = 0.0  # where the last sampled generation's offset ended
         self.judged = 0
         self.hits = 0
 
-    def begin(self) -> None:
-        """A new generation: its own correction starts afresh."""
-        self.offset = 0.0
+    def begin(self, sampled: bool = False) -> None:
+        """A new generation: its own correction starts afresh (greedy), or where the last sampled one ended."""
+        self.offset = self.sampled_offset if sampled else 0.0
+
+    def end(self, sampled: bool = False) -> None:
+        if sampled:
+            self.sampled_offset = self.offset
 
     def kept(self) -> tuple:
         """What the scorer keeps between generations (restore() puts it back)."""
@@ -106,6 +114,7 @@ class LookupProposer:
         self._seq: list[int] | None = None
         self._last_doc: list[int] | None = None  # what this process last added to the history
         self._learn = True
+        self._sampled = False
         self._kept = self.scorer.kept()  # as the generation began (put back when it keeps nothing)
         self.counters = LookupStats()
 
@@ -115,7 +124,8 @@ class LookupProposer:
         self._pending = None
         self._learn = learn
         self._kept = self.scorer.kept()
-        self.scorer.begin()
+        self._sampled = config is not None and not config.sampler.greedy
+        self.scorer.begin(self._sampled)
         self.counters = LookupStats()
 
     def propose(self, seq: list[int], budget: int, after: Proposal | None = None) -> Proposal:
@@ -152,7 +162,9 @@ class LookupProposer:
     def end(self, weights_changed: bool = False, remember: bool = True) -> ProposerStats:
         seq = self._seq or []
         remember = remember and self._learn
-        if not remember:
+        if remember:
+            self.scorer.end(self._sampled)
+        else:
             self.scorer.restore(self._kept)
         if remember and self.history is not None and len(seq) >= 2:
             last = self._last_doc
