@@ -1,9 +1,9 @@
 """Export a Hugging Face causal LM to an ExecuTorch program (.pte) delegated to XNNPACK.
 
 One method, `forward(input_ids [1, n], position_ids [1, n]) -> logits [1, n, vocab]`,
-1 <= n <= max_tokens; the static KV cache is a mutable buffer inside the program
-and persists across calls, written and read by ExecuTorch's LLM custom ops
-(llama_ops.py). `8da4w` quantizes linear weights to int4 (groups of 32),
+1 <= n <= max_tokens (a target's also takes logit_rows [k] and returns logits [1, k, vocab]
+for those rows of the call only); the static KV cache is a mutable buffer inside the program
+and persists across calls, written and read by ExecuTorch's LLM custom ops (llama_ops.py). `8da4w` quantizes linear weights to int4 (groups of 32),
 `8da8w` to int8 (per channel), both with dynamic per-token int8 activations,
 through torchao before lowering.
 """

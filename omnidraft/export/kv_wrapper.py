@@ -6,8 +6,9 @@ tensors of shape [layers, 1, kv_heads, max_context, head_dim]:
   - ExecuTorch (`BufferKVModel`): mutable buffers that live inside the program.
 The graph writes the new tokens' states at their positions; positions past the
 current one are masked, so rolling back a rejected draft costs nothing: the
-runner just writes there again. Every layer, sliding-window ones included, gets
-the full length, so a rollback never needs states a window already dropped.
+runner just writes there again. In the ONNX graph every layer, sliding-window ones
+included, gets the full length; the ExecuTorch target's sliding-window layers keep a
+ring of window + tokens per call (llama_ops.py), whose rollbacks runner.py bounds.
 
 With `head=True` (drafters) the graph also takes the acceptance head's weights
 (head_weight [F], head_bias [1]) and returns the last position's head features
