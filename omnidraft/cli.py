@@ -83,8 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--draft-head", action="store_true",
                      help="keep the drafter's draft head (its most frequent tokens only) in its graphs: it pays on "
                           "eager; on ExecuTorch the full head is faster")
-    exp.add_argument("--max-context", type=opt.positive_int, default=4096,
-                     help="target KV cache length (up to the model's own limit; sliding-window layers keep a ring of their window)")
+    exp.add_argument("--max-context", type=opt.positive_int,
+                     help="target KV cache length, up to the model's own limit (default 4096; 512 for bundles with "
+                          "ONNX graphs, whose whole cache is copied at every call)")
     exp.add_argument("--drafter-context", type=opt.positive_int,
                      help="drafter KV cache length (default: twice --max-context)")
     exp.add_argument("--max-draft-len", type=opt.positive_int, default=8, help="largest draft length K")
