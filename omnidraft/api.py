@@ -51,7 +51,9 @@ def load(**options) -> "Model":
 
 
 class Model:
-    """An opened pair: generate() and stream() a prompt or a conversation."""
+    """An opened pair: generate() and stream() a prompt or a conversation. One generation runs at a time: a
+    second thread's generate waits for the first (a lock in the decoder), and starting a generation ends a
+    suspended stream as cancelled."""
 
     def __init__(self, pair: Pair):
         self.pair = pair
