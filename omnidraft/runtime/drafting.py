@@ -10,7 +10,9 @@ runs it. After a round it drafted, the
 tokens the target accepted stay in its cache and the rest is rolled back. It can also
 continue another proposal (`after`, a lookup prefix): it then reads that proposal's text
 as if committed and drafts what follows. Every round teaches the n-gram cache how the
-drafter spells the committed target tokens.
+drafter spells the committed target tokens. While it is idle, spelling the committed text in
+its vocabulary and that teaching wait, in order, until it next drafts (or the generation ends):
+an unused drafter costs the loop nothing per round (it cost 0.4 ms of a 19 ms round).
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ class DraftModel:
         self._length: tuple[tuple, DraftLength] | None = None  # kept across calls (the heuristic's state)
         self._config = self._rng = None
         self._learn = True
-        self.draft_seq: list[int] = []
+        self._draft_seq: list[int] = []
+        self._unspelled: list[list[int]] = []  # committed target tokens, per round, not yet in _draft_seq
+        self._untaught: list[list[int]] = []  # ... and not yet taught to the n-gram cache
         self._last: _InFlight | None = None
         self.counters = DrafterStats()
 
@@ -88,10 +92,30 @@ class DraftModel:
         if self._length is None or self._length[0] != key:
             self._length = (key, config.draft_length())
         self.draft_seq = self.bridge.draft_prompt(seq)
+        self._untaught = []
         self._last = None
         self.counters = DrafterStats()
         if read_prompt:
             self.read_prompt()
+
+    @property
+    def draft_seq(self) -> list[int]:
+        """The committed text in draft tokens (spelling first what was committed while the drafter was idle)."""
+        if self._unspelled:
+            chunks, self._unspelled = self._unspelled, []
+            for chunk in chunks:  # round by round, as each round's tokens were committed
+                self._draft_seq.extend(self.bridge.spell(chunk))
+        return self._draft_seq
+
+    @draft_seq.setter
+    def draft_seq(self, seq: list[int]) -> None:
+        self._draft_seq, self._unspelled = list(seq), []
+
+    def _teach(self) -> None:
+        """Teach the n-gram cache the spellings of what was committed while the drafter was idle."""
+        chunks, self._untaught = self._untaught, []
+        for chunk in chunks:
+            self.bridge.learn(self.ngram_cache, chunk)
 
     def read_prompt(self) -> None:
         """Bring the drafter's cache up to the text so far (all but its last token), reusing what it holds."""
@@ -112,6 +136,7 @@ class DraftModel:
     def propose(self, seq: list[int], budget: int, after: Proposal | None = None) -> Proposal:
         """Up to `budget` target tokens drafted after `seq` (and after `after`'s tokens, when given)."""
         self._last = None
+        self._teach()
         if self._behind() > CATCHUP_WINDOW:  # restart from the recent text (see CATCHUP_WINDOW)
             self.draft_seq = self.draft_seq[-CATCHUP_WINDOW:]
             self.drafter.rollback(0)
@@ -200,7 +225,10 @@ class DraftModel:
                 if last.translation.kind[j] == NGRAM:
                     self.counters.ngram_accepted += 1
                     cache.record_accepted(last.ids[last.translation.draft_start[j] : last.translation.draft_end[j]])
-            self.bridge.learn(cache, rnd.committed)
+            if last is not None and mine:
+                self.bridge.learn(cache, rnd.committed)
+            else:
+                self._untaught.append(list(rnd.committed))
         if ours:
             if offset:  # the continued proposal was accepted: its text is committed as the drafter read it
                 self.draft_seq.extend(last.spelled_prefix)
@@ -211,13 +239,14 @@ class DraftModel:
                                               committed_ours[-1])
             self.drafter.rollback(len(self.draft_seq) + kept)
             self.draft_seq.extend(last.ids[:kept])
-        else:  # not our proposal (or cut before ours): the drafter reads the committed text when it next drafts
-            append = self.bridge.spell(rnd.committed)
-        self.draft_seq.extend(append)
+            self.draft_seq.extend(append)
+        else:  # not our proposal (or cut before ours): spelled, and read, when the drafter next drafts
+            self._unspelled.append(list(rnd.committed))
 
     def end(self, weights_changed: bool = False, remember: bool = True) -> ProposerStats:
         if weights_changed:
             self.drafter.reset()  # new weights: the drafter's cached keys and values are stale
+        self._teach()  # what waited for a draft that did not come (only what learn=True collected)
         c = self.counters
         c.ngram_cache_size = len(self.ngram_cache) if self.ngram_cache is not None else 0
         c.cross_vocab, c.vocab_intersection = self.cross_vocab, self.bridge.intersection_size
