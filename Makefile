@@ -11,7 +11,7 @@ BUNDLES := $(HOME_DIR)/bundles
 JAVA_BUILD := build/java
 JUNIT_CP := /usr/share/java/junit4.jar:/usr/share/java/hamcrest-core.jar
 
-.PHONY: install prepare demo test test-java golden test-fast test-bundles test-arm64 bundles bench bench-backends bench-peers bench-llama-cpp bench-adapt bench-adapt-device bench-sampling bench-draft-len bench-suite clean
+.PHONY: install prepare demo test test-java golden test-fast test-bundles test-arm64 bundles bench bench-backends bench-peers bench-llama-cpp bench-long bench-adapt bench-adapt-device bench-sampling bench-draft-len bench-suite clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,18 @@ bench-peers: prepare
 bench-llama-cpp: bundles
 	$(BIN)/python benchmarks/llama_cpp_peer.py --bundle $(BUNDLES)/et-8da8w-d8da4w --threads 2 --prompts 3 \
 		--workloads code,prose,chat,code-infile,structured,quote --out benchmarks/results/llama_cpp_peer
+
+# Long contexts and sessions (RESULTS.md): a 512-window reference bundle (exported once, 12 minutes), what the
+# 4,096 window costs a step in alternated rounds, decode/prefill/first token at fills 128-4,000, a 30-turn chat.
+bench-long: bundles
+	test -f $(BUNDLES)/et-512-e8/bundle.json || $(BIN)/omnidraft export --format executorch --quant 8da8w \
+		--max-context 512 --out $(BUNDLES)/et-512-e8
+	$(BIN)/python benchmarks/window_cost.py --bundle $(BUNDLES)/et-8da8w-d8da4w --short-bundle $(BUNDLES)/et-512-e8 \
+		--fill 3000 --rounds 8 --threads 2 --out benchmarks/results/window_cost
+	$(BIN)/python benchmarks/long_context.py --bundle $(BUNDLES)/et-8da8w-d8da4w --short-bundle $(BUNDLES)/et-512-e8 \
+		--threads 2 --out benchmarks/results/long_context
+	$(BIN)/python benchmarks/chat_session.py --bundle $(BUNDLES)/et-8da8w-d8da4w --turns 30 --threads 2 \
+		--out benchmarks/results/chat_session
 
 bench: prepare
 	$(BIN)/python benchmarks/core_pair.py --out benchmarks/results/core_pair
