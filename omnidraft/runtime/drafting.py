@@ -117,9 +117,18 @@ class DraftModel:
         for chunk in chunks:
             self.bridge.learn(self.ngram_cache, chunk)
 
-    def read_prompt(self) -> None:
-        """Bring the drafter's cache up to the text so far (all but its last token), reusing what it holds."""
+    def read_prompt(self, recent_only: bool = False) -> None:
+        """Bring the drafter's cache up to the text so far (all but its last token), reusing what it holds.
+        recent_only (the hybrid's early read): as a draft catches up, from at most the latest CATCHUP_WINDOW
+        tokens, so that a long prompt's first token does not wait for the drafter to read it all."""
+        if recent_only:
+            self._restart_if_far_behind()
         prefill(self.drafter, self.draft_seq)
+
+    def _restart_if_far_behind(self) -> None:
+        if self._behind() > CATCHUP_WINDOW:  # restart from the recent text (see CATCHUP_WINDOW)
+            self.draft_seq = self.draft_seq[-CATCHUP_WINDOW:]
+            self.drafter.rollback(0)
 
     @property
     def length(self) -> DraftLength:
@@ -137,9 +146,7 @@ class DraftModel:
         """Up to `budget` target tokens drafted after `seq` (and after `after`'s tokens, when given)."""
         self._last = None
         self._teach()
-        if self._behind() > CATCHUP_WINDOW:  # restart from the recent text (see CATCHUP_WINDOW)
-            self.draft_seq = self.draft_seq[-CATCHUP_WINDOW:]
-            self.drafter.rollback(0)
+        self._restart_if_far_behind()
         spelled = self.bridge.spell(after.target_ids) if after is not None and len(after) else []
         if after is not None and len(after) and not spelled:
             return Proposal()  # the continued text has no spelling here

@@ -265,7 +265,7 @@ class Hybrid:
         if self.drafting is not None:  # it reads the prompt now only if it is expected to pay (else when first used)
             self.drafting.begin(seq, config, rng, learn, read_prompt=False)
             if self._could_pay() and self.drafter_value() >= 1.0 / self.costs.target(1):
-                self.drafting.read_prompt()
+                self.drafting.read_prompt(recent_only=True)
         self.choices = {"none": 0, LOOKUP: 0, DRAFTER: 0, CHAIN: 0}
 
     # -- what each option is expected to give ------------------------------------------------

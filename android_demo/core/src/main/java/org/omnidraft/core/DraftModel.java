@@ -70,11 +70,21 @@ public final class DraftModel implements Proposer {
         draftSeq.addAll(spell(body));
         example = collectExamples ? new TrainingExample(bridge, new ArrayList<>(draftSeq)) : null;
         forget();
-        if (readPrompt) readPrompt();
+        if (readPrompt) readPrompt(false);
     }
 
-    void readPrompt() {
+    /** recentOnly (the hybrid's early read): as a draft catches up, from at most the latest catchupWindow
+     *  tokens, so that a long prompt's first token does not wait for the drafter to read it all. */
+    void readPrompt(boolean recentOnly) {
+        if (recentOnly) restartIfFarBehind();
         drafter.prefill(draftSeq);
+    }
+
+    private void restartIfFarBehind() {
+        if (draftSeq.size() - drafter.common(draftSeq) > catchupWindow) { // restart from the recent text
+            draftSeq.subList(0, draftSeq.size() - catchupWindow).clear();
+            drafter.rollback(0);
+        }
     }
 
     /** Whether it has text to draft after (a prompt of only a BOS gives it none). */
@@ -92,10 +102,7 @@ public final class DraftModel implements Proposer {
         forget();
         int offset = after == null ? 0 : after.size();
         if (budget <= 0 || draftSeq.isEmpty()) return drafted;
-        if (draftSeq.size() - drafter.common(draftSeq) > catchupWindow) { // restart from the recent text
-            draftSeq.subList(0, draftSeq.size() - catchupWindow).clear();
-            drafter.rollback(0);
-        }
+        restartIfFarBehind();
         List<Integer> context = new ArrayList<>(draftSeq);
         if (offset > 0) {
             spelledPrefix = spell(after.targetIds);

@@ -26,7 +26,7 @@ public final class HybridProposer implements Proposer {
         policy.begin();
         if (drafting != null) { // it reads the prompt now only if it is expected to pay (else when first used)
             drafting.begin(seq, sampler, rng, false);
-            if (policy.drafterLikely(drafting.length().maxLen)) drafting.readPrompt();
+            if (policy.drafterLikely(drafting.length().maxLen)) drafting.readPrompt(true);
         }
     }
 
