@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import OmniDraftError
-from .pair import Pair, PairOptions, generation_config, open_pair
+from .pair import Pair, PairOptions, open_pair
+from .request import generation_config
 from .runtime.choices import Backend, ProposerKind
 from .runtime.decoding import GenerationResult
 
@@ -40,14 +41,13 @@ def load(**options) -> "Model":
         options["adapt"] = None
     if options.get("bundle") is not None:
         options["bundle"] = Path(options["bundle"])
-    threads = options.get("threads")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-        raise OmniDraftError(f"threads must be a whole number >= 1, got {threads!r}")
-    if threads is not None and options.get("backend", Backend.EAGER) == Backend.EAGER:
+    o = PairOptions(**options)
+    o.check()  # before torch's threads are set, and before any model loads
+    if o.threads is not None and o.backend == Backend.EAGER:
         import torch
 
-        torch.set_num_threads(threads)
-    return Model(open_pair(PairOptions(**options)))
+        torch.set_num_threads(o.threads)
+    return Model(open_pair(o))
 
 
 class Model:

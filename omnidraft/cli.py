@@ -186,7 +186,7 @@ def read_prompt(args) -> str:
 
 
 def cmd_generate(args) -> int:
-    from .pair import check_text
+    from .request import check_text
 
     prompt = read_prompt(args)
     check_text(prompt, "the prompt")  # before any model loads

@@ -206,8 +206,8 @@ def pair_options(args, speculative: bool = True, adapt: bool = False, **override
 
 
 def generation_config(args, pair, chat: bool, **fields):
-    """A GenerationConfig from the options (pair.generation_config: the pair's draft length and end-of-turn ids)."""
-    from .pair import generation_config
+    """A GenerationConfig from the options (request.generation_config: the pair's draft length and end-of-turn ids)."""
+    from .request import generation_config
 
     return generation_config(pair, chat, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                              top_p=args.top_p, seed=args.seed, strict_sampling=args.strict_sampling,

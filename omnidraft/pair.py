@@ -11,7 +11,6 @@ build their pairs here.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,9 +23,10 @@ from .errors import OmniDraftError
 from .models import DEFAULT_TARGET, check_context, load_model, load_vocab
 from .catalog import resolve_model_path, resolve_pair_paths
 from .progress import log
+from .request import check_text, whole_number
 from .runtime.acceptance import NO_HEAD, AcceptanceHead, n_features
 from .runtime.choices import Backend, DraftPolicy, ProposerKind
-from .runtime.decoding import GenerationConfig, SpeculativeDecoder
+from .runtime.decoding import SpeculativeDecoder
 from .runtime.draft_length import DraftSettings
 from .runtime.drafting import DraftModel
 from .runtime.bridge import VocabBridge
@@ -34,7 +34,6 @@ from .runtime.hybrid import Hybrid, measurements
 from .runtime.lookup_proposer import LookupProposer
 from .runtime.ngram_cache import CacheFileError, NGramCache, load_or_fresh
 from .runtime.runner import EagerRunner
-from .runtime.sampling import Sampler
 from .runtime.vocab import Vocab
 from .store import StateFile
 
@@ -69,24 +68,20 @@ class PairOptions:
 
     def check(self) -> None:
         """Every value in range, each with one clear error, before anything loads."""
-        def whole(name: str, value, least: int) -> None:
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise OmniDraftError(f"{name} must be a whole number >= {least}, got {value!r}")
-
         if self.proposer not in set(ProposerKind):
             raise OmniDraftError(f"proposer {self.proposer!r}: choose from {', '.join(ProposerKind)}")
         if self.backend not in set(Backend):
             raise OmniDraftError(f"backend {self.backend!r}: choose from {', '.join(Backend)}")
         check_profile(self.profile)
-        whole("max_context", self.max_context, 2)
-        whole("history_tokens", self.history_tokens, 0)
-        whole("ngram_cache_size", self.ngram_cache_size, 1)
+        whole_number("max_context", self.max_context, 2)
+        whole_number("history_tokens", self.history_tokens, 0)
+        whole_number("ngram_cache_size", self.ngram_cache_size, 1)
         if self.threads is not None:
-            whole("threads", self.threads, 1)
+            whole_number("threads", self.threads, 1)
         if self.max_draft_len is not None:
-            whole("max_draft_len", self.max_draft_len, 1)
+            whole_number("max_draft_len", self.max_draft_len, 1)
         if self.draft_len is not None and self.draft_len not in set(DraftPolicy):
-            whole("draft_len (or 'auto', 'heuristic')", self.draft_len, 1)
+            whole_number("draft_len (or 'auto', 'heuristic')", self.draft_len, 1)
         if isinstance(self.gamma, bool) or not isinstance(self.gamma, (int, float)) or not 0 < self.gamma < 1:
             raise OmniDraftError(f"gamma must be a number in (0, 1), got {self.gamma!r}")
         if self.private and self.reset:
@@ -183,49 +178,6 @@ class Pair:
         """(drafter, target) vocabulary sizes: the range of ids a state file may hold."""
         bridge = self.bridge
         return (len(bridge.draft), len(bridge.target)) if bridge is not None else None
-
-
-def generation_config(pair: Pair, chat: bool, *, max_new_tokens: int = 64, temperature: float = 0.0,
-                      top_p: float = 1.0, seed: int = 0, stop: str | list[str] = (), strict_sampling: bool = False,
-                      sampled_drafts: bool = False,
-                      **fields) -> GenerationConfig:
-    """A GenerationConfig for this pair (its resolved draft length, its end-of-turn ids with chat), every
-    value checked with one clear error; `fields`: GenerationConfig's other fields."""
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-        raise OmniDraftError(f"max_new_tokens must be a whole number >= 1, got {max_new_tokens!r}")
-    if not _number(temperature) or not 0 <= temperature < math.inf:
-        raise OmniDraftError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if not _number(top_p) or not 0 < top_p <= 1:
-        raise OmniDraftError(f"top_p must be in (0, 1], got {top_p!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise OmniDraftError(f"seed must be a whole number >= 0, got {seed!r}")
-    if stop is None:
-        stop = ()
-    if not isinstance(stop, (str, list, tuple)) or not all(isinstance(s, str) for s in ([stop] if isinstance(
-            stop, str) else stop)):
-        raise OmniDraftError(f"stop: a string, a list of strings or None, got {stop!r}")
-    stops = (stop,) if isinstance(stop, str) else tuple(stop)
-    draft = pair.draft.config_fields() if pair.draft else {}
-    return GenerationConfig(max_new_tokens=max_new_tokens, sampler=Sampler(float(temperature), float(top_p)),
-                            seed=seed, stop_strings=stops, strict_sampling=strict_sampling,
-                            sampled_drafts=bool(sampled_drafts),
-                            eos_ids=pair.eos_ids(chat), **{**draft, **fields})
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def check_text(text: str, what: str) -> None:
-    """One clear error for text that is not valid Unicode: a lone surrogate, as Python makes of a command-line
-    byte that is not UTF-8 (e.g. --prompt $'abc\\xff')."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        bad = text[e.start]
-        byte = f" (the byte 0x{ord(bad) - 0xDC00:02x})" if 0xDC80 <= ord(bad) <= 0xDCFF else ""
-        raise OmniDraftError(f"{what} is not valid UTF-8 text: character {e.start} is a lone surrogate "
-                             f"U+{ord(bad):04X}{byte}") from None
 
 
 def check_profile(profile: str) -> None:

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from .errors import OmniDraftError
-from .pair import Pair, check_text, generation_config
+from .pair import Pair
+from .request import check_text, generation_config
 from .runtime.decoding import GenerationConfig, GenerationResult
 
 
